@@ -1,0 +1,908 @@
+"""Readers: Ansor/TenSet JSON lines (v0.2-v0.6, plain or gzip) and MetaSchedule JSON databases.
+
+A reader turns one input unit (one log file, or one MetaSchedule database = workload file + record file) into
+column batches of ``schema.RECORD_SCHEMA`` plus quarantine rows. It never drops a line silently: every line of the
+source is a row, a quarantined line (with the reason), or a comment/blank line, and ``FileStats`` checks
+``rows + quarantined + comments == lines``.
+
+Speed matters (TenSet has 52M records): a line is parsed once with orjson and its fields are appended to plain
+Python lists (one list per column, flat value lists plus offsets for the nested ``steps``), which become Arrow
+arrays in bulk. Target strings and workload keys repeat across a file, so their parses are cached.
+"""
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import io
+import math
+import re
+import zlib
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterator
+
+import orjson
+import pyarrow as pa
+
+try:  # vectorised step typing; the pure-Python reference below is the fallback and the test oracle
+    from .fast_steps import steps_from_json
+except ImportError:  # pragma: no cover
+    steps_from_json = None
+
+from .schema import (
+    ERROR_NAMES,
+    FAILED_COST_THRESHOLD,
+    HW_PARAM_NAMES,
+    QUARANTINE_SCHEMA,
+    RECORD_SCHEMA,
+    STEP_TYPE,
+    WORKLOAD_SCHEMA,
+)
+
+BATCH_ROWS = 10_000
+MS_FAILURE_ERROR_NO = ERROR_NAMES.index("UNKNOWN_ERROR")
+
+
+class InputError(ValueError):
+    """A whole input cannot be read (missing file, unknown format). Names the file."""
+
+
+@dataclass
+class FileStats:
+    source_file: str
+    lines: int = 0
+    rows: int = 0
+    quarantined: int = 0
+    comments: int = 0  # '#' comment lines and blank lines
+    failed: int = 0  # rows whose measurement failed (is_valid false)
+    hardware_rules: dict = field(default_factory=dict)
+    hardware: dict = field(default_factory=dict)
+    stream_error: str | None = None
+
+    def check(self) -> None:
+        if self.rows + self.quarantined + self.comments != self.lines:
+            raise AssertionError(
+                f"{self.source_file}: unbalanced counts: {self.rows} rows + {self.quarantined} quarantined + "
+                f"{self.comments} comments != {self.lines} lines"
+            )
+
+    def to_dict(self) -> dict:
+        return {
+            "lines": self.lines,
+            "rows": self.rows,
+            "quarantined": self.quarantined,
+            "comments": self.comments,
+            "failed": self.failed,
+            "hardware": dict(sorted(self.hardware.items())),
+            "hardware_rules": dict(sorted(self.hardware_rules.items())),
+            "stream_error": self.stream_error,
+        }
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Targets and workload keys
+
+
+_TARGET_INT_ATTRS = {
+    "num-cores": "num_cores",
+    "num_cores": "num_cores",
+    "max_num_threads": "max_num_threads",
+    "max-num-threads": "max_num_threads",
+    "thread_warp_size": "warp_size",
+    "thread-warp-size": "warp_size",
+}
+
+
+def _as_int(v):
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+@lru_cache(maxsize=4096)
+def parse_target(target: str) -> tuple:
+    """Parse a TVM target, either the old command-line string (``cuda -keys=cuda,gpu -arch=sm_80``) or a JSON dict.
+
+    Returns a tuple (kind, keys, mcpu, arch, model, mtriple, num_cores, max_num_threads, warp_size, attrs_json).
+    Every attribute is kept in ``attrs_json``; nothing the string names is dropped.
+    """
+    attrs: dict = {}
+    s = target.strip()
+    if s.startswith("{"):
+        d = orjson.loads(s)
+        if not isinstance(d, dict):
+            raise ValueError("target JSON is not an object")
+        attrs = d
+        kind = str(d.get("kind", ""))
+        keys = d.get("keys") or []
+        keys = [str(k) for k in keys] if isinstance(keys, list) else [str(keys)]
+    else:
+        parts = s.split()
+        if not parts:
+            raise ValueError("empty target string")
+        kind = parts[0]
+        attrs["kind"] = kind
+        for p in parts[1:]:
+            if p.startswith("-"):
+                p = p.lstrip("-")
+                k, sep, v = p.partition("=")
+                attrs[k] = v if sep else True
+            else:  # a stray token, e.g. a -libs value split by spaces: keep it
+                attrs.setdefault("_tokens", []).append(p)
+        keys = attrs.get("keys")
+        keys = keys.split(",") if isinstance(keys, str) else []
+    ints = {"num_cores": None, "max_num_threads": None, "warp_size": None}
+    for k, name in _TARGET_INT_ATTRS.items():
+        if k in attrs and ints[name] is None:
+            ints[name] = _as_int(attrs[k])
+
+    def sv(k):
+        v = attrs.get(k)
+        return None if v is None or v is True else str(v)
+
+    return (
+        kind,
+        keys,
+        sv("mcpu"),
+        sv("arch"),
+        sv("model"),
+        sv("mtriple"),
+        ints["num_cores"],
+        ints["max_num_threads"],
+        ints["warp_size"],
+        orjson.dumps(attrs, option=orjson.OPT_SORT_KEYS).decode(),
+    )
+
+
+_MD5 = re.compile(r"^[0-9a-f]{32}$")
+
+
+def _flatten_numeric(x, nums: list, strs: list) -> None:
+    if isinstance(x, bool):
+        nums.append(float(x))
+    elif isinstance(x, (int, float)):
+        nums.append(float(x))
+    elif isinstance(x, str):
+        strs.append(x)
+    elif isinstance(x, list):
+        for y in x:
+            _flatten_numeric(y, nums, strs)
+    elif x is None:
+        strs.append("None")
+    else:
+        raise ValueError(f"unexpected {type(x).__name__} in workload key")
+
+
+@lru_cache(maxsize=65536)
+def parse_workload_key(key: str) -> tuple:
+    """Parse an Ansor workload key in any of its three styles.
+
+    TenSet flat ``["<md5>", 1, 56, 56, 64, ...]``, nested ``["<md5>", [1, 56, 56, 64], ...]`` and registered
+    names ``["conv2d_layer", 128, ..., "SAME"]``. Returns (name, hash, numeric args, string args): ``name`` is the
+    registered name or the md5, ``hash`` the md5 for TenSet keys and a blake2b of the key otherwise.
+    """
+    v = orjson.loads(key)
+    if not isinstance(v, list) or not v or not isinstance(v[0], str):
+        raise ValueError("workload key is not a JSON list starting with a name or hash")
+    name = v[0]
+    nums: list = []
+    strs: list = []
+    _flatten_numeric(v[1:], nums, strs)
+    whash = name if _MD5.match(name) else hashlib.blake2b(key.encode(), digest_size=16).hexdigest()
+    return name, whash, nums, strs
+
+
+@lru_cache(maxsize=65536)
+def task_id_of(workload_key: str, target_kind: str) -> str:
+    return hashlib.blake2b(f"{workload_key}\x00{target_kind}".encode(), digest_size=8).hexdigest()
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Column builder
+
+
+class _Columns:
+    """Flat per-column Python lists, turned into one Arrow record batch at a time."""
+
+    __slots__ = (
+        "scalar",
+        "target_keys",
+        "wl_args",
+        "wl_str_args",
+        "costs",
+        "step_offsets",
+        "step_kind",
+        "ints_off",
+        "ints_val",
+        "lists_off",
+        "lists_inner_off",
+        "lists_val",
+        "strs_off",
+        "strs_val",
+        "floats_off",
+        "floats_val",
+        "steps_json",
+        "raws",
+        "n",
+    )
+
+    SCALARS = [
+        "record_id", "source_file", "line", "format", "log_version", "hardware", "hardware_rule", "target",
+        "target_kind", "target_mcpu", "target_arch", "target_model", "target_mtriple", "target_num_cores",
+        "target_max_num_threads", "target_warp_size", "target_attrs",
+    ] + [f"hw_{n}" for n in HW_PARAM_NAMES] + [
+        "workload_key", "workload_name", "workload_hash", "task_id", "n_steps", "mean_cost", "error_no",
+        "error_name", "is_valid", "all_cost", "timestamp",
+    ]
+
+    def __init__(self):
+        self.scalar = {c: [] for c in self.SCALARS}
+        self.target_keys = []
+        self.wl_args = []
+        self.wl_str_args = []
+        self.costs = []
+        self.step_offsets = [0]
+        self.step_kind = []
+        self.ints_off = [0]
+        self.ints_val = []
+        self.lists_off = [0]
+        self.lists_inner_off = [0]
+        self.lists_val = []
+        self.strs_off = [0]
+        self.strs_val = []
+        self.floats_off = [0]
+        self.floats_val = []
+        self.steps_json = []  # Ansor: compact JSON of each record's steps, typed in bulk by to_batch
+        self.raws = []  # Ansor: the raw lines, to quarantine a record whose steps turn out malformed
+        self.n = 0
+
+    def to_batch(self) -> tuple[pa.RecordBatch, dict[int, str]]:
+        """Build the batch; returns it with {row: reason} for rows whose steps are malformed (Ansor only)."""
+        bad: dict[int, str] = {}
+        if self.steps_json:
+            steps, bad = steps_from_json(self.steps_json)
+            self.scalar["n_steps"] = steps.value_lengths().fill_null(0).cast(pa.int32())
+        else:
+            steps = self._built_steps()
+        cols = {}
+        for f in RECORD_SCHEMA:
+            name = f.name
+            if name == "steps":
+                cols[name] = steps
+            elif name == "target_keys":
+                cols[name] = pa.array(self.target_keys, f.type)
+            elif name == "workload_args":
+                cols[name] = pa.array(self.wl_args, f.type)
+            elif name == "workload_str_args":
+                cols[name] = pa.array(self.wl_str_args, f.type)
+            elif name == "costs":
+                cols[name] = pa.array(self.costs, f.type)
+            else:
+                cols[name] = pa.array(self.scalar[name], f.type)
+        return pa.RecordBatch.from_pydict(cols, schema=RECORD_SCHEMA), bad
+
+    def _built_steps(self) -> pa.ListArray:
+        n_steps_total = len(self.step_kind)
+        ints = pa.ListArray.from_arrays(pa.array(self.ints_off, pa.int32()), pa.array(self.ints_val, pa.int64()))
+        inner = pa.ListArray.from_arrays(
+            pa.array(self.lists_inner_off, pa.int32()), pa.array(self.lists_val, pa.int64())
+        )
+        lists = pa.ListArray.from_arrays(pa.array(self.lists_off, pa.int32()), inner)
+        strs = pa.ListArray.from_arrays(pa.array(self.strs_off, pa.int32()), pa.array(self.strs_val, pa.string()))
+        floats = pa.ListArray.from_arrays(
+            pa.array(self.floats_off, pa.int32()), pa.array(self.floats_val, pa.float64())
+        )
+        step_struct = pa.StructArray.from_arrays(
+            [pa.array(self.step_kind, pa.string()), ints, lists, strs, floats], fields=list(STEP_TYPE)
+        )
+        assert len(step_struct) == n_steps_total
+        return pa.ListArray.from_arrays(pa.array(self.step_offsets, pa.int32()), step_struct)
+
+    # -- steps ---------------------------------------------------------------------------------------------------
+
+    def add_ansor_steps(self, steps: list) -> int:
+        """Append Ansor steps; raise ValueError on a malformed step (the caller rolls back)."""
+        kinds = self.step_kind
+        ints_val, ints_off = self.ints_val, self.ints_off
+        lists_val, lists_inner_off, lists_off = self.lists_val, self.lists_inner_off, self.lists_off
+        strs_val, strs_off = self.strs_val, self.strs_off
+        floats_val, floats_off = self.floats_val, self.floats_off
+        for s in steps:
+            if type(s) is not list or not s or type(s[0]) is not str:
+                raise ValueError(f"step is not a list starting with its kind: {str(s)[:60]}")
+            kinds.append(s[0])
+            for a in s[1:]:
+                t = type(a)
+                if t is int:
+                    ints_val.append(a)
+                elif t is list:
+                    for x in a:
+                        if type(x) is not int:
+                            if x is None:  # Ansor writes null for an unknown split length
+                                x = -1
+                            elif type(x) is bool:
+                                x = int(x)
+                            else:
+                                raise ValueError(f"non-integer list element {x!r} in step {s[0]}")
+                        lists_val.append(x)
+                    lists_inner_off.append(len(lists_val))
+                elif t is str:
+                    strs_val.append(a)
+                elif t is float:
+                    floats_val.append(a)
+                elif a is None:
+                    ints_val.append(-1)
+                elif t is bool:
+                    ints_val.append(int(a))
+                else:
+                    raise ValueError(f"unexpected {t.__name__} in step {s[0]}")
+            ints_off.append(len(ints_val))
+            lists_off.append(len(lists_inner_off) - 1)
+            strs_off.append(len(strs_val))
+            floats_off.append(len(floats_val))
+        self.step_offsets.append(len(kinds))
+        return len(steps)
+
+    def add_ms_trace(self, insts: list, decisions: list) -> int:
+        """Append a MetaSchedule trace: one step per instruction, its decision folded in."""
+        dec = {}
+        for d in decisions:
+            if type(d) is not list or len(d) != 2 or type(d[0]) is not int:
+                raise ValueError(f"malformed decision {str(d)[:60]}")
+            dec[d[0]] = d[1]
+        kinds = self.step_kind
+        for idx, inst in enumerate(insts):
+            if type(inst) is not list or len(inst) != 4 or type(inst[0]) is not str:
+                raise ValueError(f"malformed trace instruction {str(inst)[:60]}")
+            kind, inputs, attrs, _outputs = inst
+            if type(inputs) is not list or type(attrs) is not list:
+                raise ValueError(f"malformed trace instruction {kind}")
+            kinds.append(kind)
+            for a in inputs:  # SSA names are dropped; literal inputs are kept
+                if type(a) is str:
+                    if a and a[0] == '"':
+                        self.strs_val.append(a.strip('"'))
+                    elif _is_int_str(a):
+                        self.ints_val.append(int(a))
+                elif type(a) is int:
+                    self.ints_val.append(a)
+                elif type(a) is float:
+                    self.floats_val.append(a)
+            items = list(attrs)
+            if idx in dec:
+                items.append(dec.pop(idx))
+            for a in items:
+                self._add_ms_value(a)
+            self.ints_off.append(len(self.ints_val))
+            self.lists_off.append(len(self.lists_inner_off) - 1)
+            self.strs_off.append(len(self.strs_val))
+            self.floats_off.append(len(self.floats_val))
+        if dec:
+            raise ValueError(f"decision for a missing instruction index {sorted(dec)[:3]}")
+        self.step_offsets.append(len(kinds))
+        return len(insts)
+
+    def _add_ms_value(self, a) -> None:
+        t = type(a)
+        if t is int:
+            self.ints_val.append(a)
+        elif t is bool:
+            self.ints_val.append(int(a))
+        elif t is float:
+            self.floats_val.append(a)
+        elif t is str:
+            self.strs_val.append(a)
+        elif a is None:
+            pass
+        elif t is list:
+            if all(type(x) is int for x in a):
+                self.lists_val.extend(a)
+                self.lists_inner_off.append(len(self.lists_val))
+            elif all(type(x) in (int, float) for x in a):
+                self.floats_val.extend(float(x) for x in a)
+            else:
+                for x in a:
+                    self._add_ms_value(x)
+        elif t is dict:
+            self.strs_val.append(orjson.dumps(a, option=orjson.OPT_SORT_KEYS).decode())
+        else:
+            raise ValueError(f"unexpected {t.__name__} in trace")
+
+    def rollback_steps(self, n_kinds: int, n_ints: int, n_lists_inner: int, n_lists_val: int, n_strs: int,
+                       n_floats: int, n_steps_off: int) -> None:
+        del self.step_kind[n_kinds:]
+        del self.ints_val[n_ints:]
+        del self.ints_off[n_kinds + 1:]
+        del self.lists_val[n_lists_val:]
+        del self.lists_inner_off[n_lists_inner:]
+        del self.lists_off[n_kinds + 1:]
+        del self.strs_val[n_strs:]
+        del self.strs_off[n_kinds + 1:]
+        del self.floats_val[n_floats:]
+        del self.floats_off[n_kinds + 1:]
+        del self.step_offsets[n_steps_off:]
+
+    def mark(self) -> tuple:
+        return (len(self.step_kind), len(self.ints_val), len(self.lists_inner_off), len(self.lists_val),
+                len(self.strs_val), len(self.floats_val), len(self.step_offsets))
+
+
+def _is_int_str(s: str) -> bool:
+    return s.lstrip("-").isdigit()
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Costs
+
+
+def summarize_costs(costs, error_no: int) -> tuple[list, float | None, bool]:
+    """Return (costs as floats, mean_cost or None, is_valid). A failed or invalid measurement never gets a mean."""
+    if type(costs) is not list:
+        raise ValueError("costs is not a list")
+    out = []
+    ok = error_no == 0 and len(costs) > 0
+    for c in costs:
+        t = type(c)
+        if t is float or t is int:
+            c = float(c)
+        elif t is str:  # e.g. "inf" / "nan" written by hand-edited logs
+            try:
+                c = float(c)
+            except ValueError:
+                raise ValueError(f"non-numeric cost {c[:20]!r}") from None
+        elif c is None:
+            c = math.nan
+        else:
+            raise ValueError(f"non-numeric cost of type {t.__name__}")
+        if not (0.0 < c < FAILED_COST_THRESHOLD):  # catches NaN, inf, <= 0 and 1e10 placeholders
+            ok = False
+        out.append(c)
+    mean = math.fsum(out) / len(out) if ok else None
+    if mean is not None and not math.isfinite(mean):
+        mean, ok = None, False
+    return out, mean, ok
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Hardware naming
+
+
+@dataclass(frozen=True)
+class HardwareContext:
+    """What the file-level rules know. ``-model=`` in a record's target overrides all of them."""
+
+    measure_records: str | None  # the folder under measure_records/
+    cli: str | None  # --hardware
+    parent_folder: str  # the input folder given on the command line, else the file's parent folder
+
+    def resolve(self, model: str | None) -> tuple[str, str]:
+        if model:
+            return model, "target-model"
+        if self.measure_records:
+            return self.measure_records, "measure_records"
+        if self.cli:
+            return self.cli, "cli"
+        return self.parent_folder, "parent-folder"
+
+
+def hardware_context(path: Path, cli: str | None, input_root: Path | None) -> HardwareContext:
+    parts = path.resolve().parts
+    mr = None
+    for i, p in enumerate(parts[:-2]):
+        if p == "measure_records":
+            mr = parts[i + 1]
+    if input_root is not None and input_root.is_dir():
+        parent = input_root.resolve().name
+    else:
+        parent = path.resolve().parent.name
+    return HardwareContext(mr, cli, parent)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Line streams
+
+
+def iter_lines(path: Path) -> Iterator[tuple[int, bytes | None, str | None]]:
+    """Yield (line_no, raw_bytes, None) per line; on a broken stream yield (line_no, None, reason) last.
+
+    Handles gzip (by magic bytes, not by name), a UTF-8 BOM and CRLF endings. The line terminator is stripped.
+    """
+    with open(path, "rb") as fh:
+        magic = fh.read(2)
+    opener = gzip.open if magic == b"\x1f\x8b" else open
+    n = 0
+    try:
+        with opener(path, "rb") as fh:
+            buf = io.BufferedReader(fh, buffer_size=1 << 20) if opener is gzip.open else fh
+            for raw in buf:
+                n += 1
+                if raw.endswith(b"\n"):
+                    raw = raw[:-1]
+                if raw.endswith(b"\r"):
+                    raw = raw[:-1]
+                if n == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                    raw = raw[3:]
+                yield n, raw, None
+    except (EOFError, OSError, zlib.error, gzip.BadGzipFile) as e:
+        yield n + 1, None, f"corrupt or truncated compressed stream after line {n}: {type(e).__name__}: {e}"
+
+
+def detect_format(path: Path) -> str:
+    """'metaschedule' for MetaSchedule database files, 'netinfo' for TenSet pickles, else 'ansor'."""
+    name = path.name
+    if name.startswith("database_tuning_record.json") or name.startswith("database_workload.json"):
+        return "metaschedule"
+    if name.endswith((".pkl", ".pkl.gz")):
+        return "netinfo"
+    return "ansor"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Ansor reader
+
+
+class _Sink:
+    """Collects rows and quarantine entries; yields record batches of at most BATCH_ROWS rows."""
+
+    def __init__(self, source_file: str):
+        self.source_file = source_file
+        self.cols = _Columns()
+        self.quarantine: list[tuple] = []
+        self.stats = FileStats(source_file)
+
+    def quarantine_line(self, line: int, reason: str, raw: bytes | str | None) -> None:
+        if isinstance(raw, bytes):
+            raw = raw.decode("utf-8", errors="backslashreplace")
+        self.quarantine.append((self.source_file, line, reason, raw if raw is not None else ""))
+        self.stats.quarantined += 1
+
+    def flush(self) -> pa.RecordBatch | None:
+        if self.cols.n == 0:
+            return None
+        cols = self.cols
+        b, bad = cols.to_batch()
+        self.cols = _Columns()
+        if bad:  # malformed steps found in bulk: the row becomes a quarantined line
+            keep = [True] * b.num_rows
+            for i, reason in sorted(bad.items()):
+                keep[i] = False
+                lineno, raw = cols.raws[i]
+                self.quarantine_line(lineno, f"invalid record: malformed steps: {reason}", raw)
+                self.stats.rows -= 1
+                hwname = b.column("hardware")[i].as_py()
+                self.stats.hardware[hwname] -= 1
+                rule = b.column("hardware_rule")[i].as_py()
+                self.stats.hardware_rules[rule] -= 1
+                if not b.column("is_valid")[i].as_py():
+                    self.stats.failed -= 1
+            self.stats.hardware = {k: v for k, v in self.stats.hardware.items() if v}
+            self.stats.hardware_rules = {k: v for k, v in self.stats.hardware_rules.items() if v}
+            b = b.filter(pa.array(keep))
+        return b if b.num_rows else None
+
+    def quarantine_table(self) -> pa.Table:
+        cols = list(zip(*self.quarantine)) if self.quarantine else [[], [], [], []]
+        return pa.table([pa.array(list(c), f.type) for c, f in zip(cols, QUARANTINE_SCHEMA)], schema=QUARANTINE_SCHEMA)
+
+
+def read_ansor(path: Path, source_file: str, hw: HardwareContext, sink: _Sink | None = None) -> Iterator:
+    """Yield RecordBatches for one Ansor/TenSet log; ``sink.stats`` and ``sink.quarantine`` fill as it goes."""
+    sink = sink or _Sink(source_file)
+    st = sink.stats
+    loads = orjson.loads
+    blake = hashlib.blake2b
+    for lineno, raw, err in iter_lines(path):
+        if raw is None:
+            st.stream_error = err
+            sink.quarantine_line(lineno, err, None)
+            st.lines += 1
+            break
+        st.lines += 1
+        stripped = raw.strip()
+        if not stripped or stripped[:1] == b"#":
+            st.comments += 1
+            continue
+        try:
+            rec = loads(raw)
+        except orjson.JSONDecodeError as e:
+            sink.quarantine_line(lineno, f"invalid JSON: {e}", raw)
+            continue
+        try:
+            _add_ansor_record(sink.cols, rec, raw, lineno, source_file, hw, st, blake)
+        except (ValueError, TypeError, KeyError, IndexError, OverflowError) as e:
+            sink.quarantine_line(lineno, f"invalid record: {type(e).__name__}: {e}", raw)
+            continue
+        if sink.cols.n >= BATCH_ROWS:
+            b = sink.flush()
+            if b is not None:
+                yield b
+    b = sink.flush()
+    if b is not None:
+        yield b
+
+
+def _add_ansor_record(cols: _Columns, rec, raw: bytes, lineno: int, source_file: str, hw: HardwareContext,
+                      st: FileStats, blake) -> None:
+    if type(rec) is not dict:
+        raise ValueError("record is not a JSON object")
+    inp = rec["i"]
+    res = rec["r"]
+    version = rec.get("v", "v0.1")
+    if type(version) is not str:
+        raise ValueError("version 'v' is not a string")
+    if type(inp) is not list or len(inp) != 2 or type(inp[0]) is not list:
+        raise ValueError("'i' is not [task, state]")
+    task = inp[0]
+    if not 2 <= len(task) <= 6:
+        raise ValueError(f"task tuple has {len(task)} items (expected 2 to 6)")
+    wkey, target = task[0], task[1]
+    if type(wkey) is not str or type(target) is not str:
+        raise ValueError("workload key or target is not a string")
+    hwp = task[2] if len(task) > 2 else None
+    if hwp is not None:
+        if type(hwp) is not list or len(hwp) != 8 or any(type(x) is not int for x in hwp):
+            raise ValueError("hardware params are not 8 integers")
+    state = inp[1]
+    if type(state) is not list or len(state) != 2 or type(state[1]) is not list:
+        raise ValueError("state is not [[], steps]")
+    if type(res) is not list or len(res) < 4:
+        raise ValueError("'r' is not [costs, error_no, all_cost, timestamp]")
+    costs, error_no, all_cost, ts = res[0], res[1], res[2], res[3]
+    if type(error_no) is not int or not 0 <= error_no < 1 << 31:
+        raise ValueError(f"error_no {error_no!r} is not a non-negative integer")
+    if all_cost is not None and type(all_cost) not in (int, float):
+        raise ValueError("all_cost is not a number")
+    if ts is not None and type(ts) not in (int, float):
+        raise ValueError("timestamp is not a number")
+    cost_list, mean, valid = summarize_costs(costs, error_no)
+    tgt = parse_target(target)
+    wname, whash, wargs, wstrs = parse_workload_key(wkey)
+    steps_blob = orjson.dumps(state[1])
+    hardware, rule = hw.resolve(tgt[4])
+    s = cols.scalar
+    s["record_id"].append(blake(raw, digest_size=8).hexdigest())
+    s["source_file"].append(source_file)
+    s["line"].append(lineno)
+    s["format"].append("ansor")
+    s["log_version"].append(version)
+    s["hardware"].append(hardware)
+    s["hardware_rule"].append(rule)
+    s["target"].append(target)
+    _append_target(s, tgt)
+    cols.target_keys.append(tgt[1])
+    for i, n in enumerate(HW_PARAM_NAMES):
+        s[f"hw_{n}"].append(hwp[i] if hwp is not None else None)
+    s["workload_key"].append(wkey)
+    s["workload_name"].append(wname)
+    s["workload_hash"].append(whash)
+    cols.wl_args.append(wargs)
+    cols.wl_str_args.append(wstrs)
+    s["task_id"].append(task_id_of(wkey, tgt[0]))
+    cols.steps_json.append(steps_blob)
+    cols.raws.append((lineno, raw))
+    cols.costs.append(cost_list)
+    s["mean_cost"].append(mean)
+    s["error_no"].append(error_no)
+    s["error_name"].append(ERROR_NAMES[error_no] if error_no < len(ERROR_NAMES) else f"ERROR_{error_no}")
+    s["is_valid"].append(valid)
+    s["all_cost"].append(float(all_cost) if all_cost is not None else None)
+    s["timestamp"].append(float(ts) if ts is not None else None)
+    cols.n += 1
+    st.rows += 1
+    if not valid:
+        st.failed += 1
+    st.hardware[hardware] = st.hardware.get(hardware, 0) + 1
+    st.hardware_rules[rule] = st.hardware_rules.get(rule, 0) + 1
+
+
+def _append_target(s: dict, tgt: tuple) -> None:
+    s["target_kind"].append(tgt[0])
+    s["target_mcpu"].append(tgt[2])
+    s["target_arch"].append(tgt[3])
+    s["target_model"].append(tgt[4])
+    s["target_mtriple"].append(tgt[5])
+    s["target_num_cores"].append(tgt[6])
+    s["target_max_num_threads"].append(tgt[7])
+    s["target_warp_size"].append(tgt[8])
+    s["target_attrs"].append(tgt[9])
+
+
+# --------------------------------------------------------------------------------------------------------------
+# MetaSchedule reader
+
+
+def ms_workload_name(mod_json: str) -> str:
+    """Name a MetaSchedule workload by its TIR blocks (``pad_temp+conv2d_nchw+T_add``), from the IRModule JSON."""
+    try:
+        g = orjson.loads(mod_json)
+        nodes = g["nodes"]
+        names = []
+        for node in nodes:
+            tk = node.get("type_key", "")
+            if tk in ("tir.Block", "tir.SBlock", "s_tir.SBlock", "tirx.SBlock", "tirx.Block") or tk.endswith(".SBlock"):
+                ref = node.get("attrs", {}).get("name_hint")
+                if ref is not None:
+                    target = nodes[int(ref)]
+                    nm = target.get("repr_str")
+                    if nm is None and "data" in target:
+                        nm = target["data"]
+                    if isinstance(nm, str) and nm != "root" and nm not in names:
+                        names.append(nm)
+        if names:
+            return "+".join(names)
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        pass
+    return "unknown"
+
+
+def _decode_ms_workload(b64: str) -> str:
+    blob = base64.b64decode(b64, validate=True)
+    if len(blob) < 8:
+        raise ValueError("workload blob shorter than its 8-byte length header")
+    n = int.from_bytes(blob[:8], "little")
+    body = blob[8:]
+    if n != len(body):
+        raise ValueError(f"workload blob length header {n} != {len(body)} bytes")
+    return body.decode("utf-8")
+
+
+def read_metaschedule(workload_path: Path, record_path: Path, source_file: str, hw: HardwareContext,
+                      sink: _Sink | None = None, workload_source: str | None = None):
+    """Yield RecordBatches for one MetaSchedule JSON database; ``sink.workloads`` gets WORKLOAD_SCHEMA rows.
+
+    Each tuning record becomes one row. Failed trials (``run_secs`` of 1e10) are rows with ``is_valid`` false and a
+    null ``mean_cost``. A record whose workload index is not in the workload file is quarantined.
+    """
+    sink = sink or _Sink(source_file)
+    workload_source = workload_source or source_file
+    wl_rows: list[tuple] = []
+    workloads: list = []  # index -> (shash, name) or None
+    wstats = FileStats(workload_source)
+    for lineno, raw, err in iter_lines(workload_path):
+        wstats.lines += 1
+        if raw is None:
+            wstats.stream_error = err
+            sink.quarantine.append((workload_source, lineno, err, ""))
+            wstats.quarantined += 1
+            break
+        if not raw.strip() or raw.strip()[:1] == b"#":
+            wstats.comments += 1
+            continue
+        try:
+            v = orjson.loads(raw)
+            if type(v) is not list or len(v) != 2 or type(v[0]) is not str or type(v[1]) is not str:
+                raise ValueError("workload line is not [structural_hash, base64]")
+            mod_json = _decode_ms_workload(v[1])
+            name = ms_workload_name(mod_json)
+            workloads.append((v[0], name))
+            wl_rows.append((v[0], name, workload_source, lineno, mod_json))
+            wstats.rows += 1
+        except (ValueError, UnicodeDecodeError, orjson.JSONDecodeError) as e:
+            # keep the index aligned: a broken workload line still occupies its index
+            workloads.append(None)
+            sink.quarantine.append((workload_source, lineno, f"invalid workload: {e}",
+                                    raw.decode("utf-8", "backslashreplace")))
+            wstats.quarantined += 1
+    sink.workload_stats = wstats
+    sink.workloads = pa.table(
+        [pa.array([r[i] for r in wl_rows], f.type) for i, f in enumerate(WORKLOAD_SCHEMA)], schema=WORKLOAD_SCHEMA
+    )
+    st = sink.stats
+    cols = sink.cols
+    blake = hashlib.blake2b
+    for lineno, raw, err in iter_lines(record_path):
+        st.lines += 1
+        if raw is None:
+            st.stream_error = err
+            sink.quarantine_line(lineno, err, None)
+            break
+        stripped = raw.strip()
+        if not stripped or stripped[:1] == b"#":
+            st.comments += 1
+            continue
+        try:
+            rec = orjson.loads(raw)
+        except orjson.JSONDecodeError as e:
+            sink.quarantine_line(lineno, f"invalid JSON: {e}", raw)
+            continue
+        mark = cols.mark()
+        try:
+            _add_ms_record(cols, rec, raw, lineno, source_file, hw, st, workloads, blake)
+        except (ValueError, TypeError, KeyError, IndexError, OverflowError) as e:
+            cols.rollback_steps(*mark)
+            sink.quarantine_line(lineno, f"invalid record: {type(e).__name__}: {e}", raw)
+            continue
+        if cols.n >= BATCH_ROWS:
+            b = sink.flush()
+            if b is not None:
+                yield b
+            cols = sink.cols
+    b = sink.flush()
+    if b is not None:
+        yield b
+
+
+def _add_ms_record(cols, rec, raw, lineno, source_file, hw, st, workloads, blake) -> None:
+    if type(rec) is not list or len(rec) != 2 or type(rec[0]) is not int or type(rec[1]) is not list:
+        raise ValueError("record is not [workload_index, [...]]")
+    widx, body = rec
+    if not 0 <= widx < len(workloads) or workloads[widx] is None:
+        raise ValueError(f"workload index {widx} is not in the workload file ({len(workloads)} workloads)")
+    shash, wname = workloads[widx]
+    if len(body) < 3:
+        raise ValueError("tuning record has fewer than 3 items (trace, run_secs, target)")
+    trace, run_secs, target = body[0], body[1], body[2]
+    if type(trace) is not list or len(trace) != 2 or type(trace[0]) is not list or type(trace[1]) is not list:
+        raise ValueError("trace is not [instructions, decisions]")
+    if run_secs is None:
+        run_secs = []
+    if type(target) is not dict:
+        raise ValueError("target is not a JSON object")
+    target_str = orjson.dumps(target, option=orjson.OPT_SORT_KEYS).decode()
+    tgt = parse_target(target_str)
+    cost_list, mean, valid = summarize_costs(run_secs, 0)
+    error_no = 0 if valid else MS_FAILURE_ERROR_NO
+    n_steps = cols.add_ms_trace(trace[0], trace[1])
+    hardware, rule = hw.resolve(tgt[4])
+    s = cols.scalar
+    h = blake(digest_size=8)
+    h.update(shash.encode())
+    h.update(b"\n")
+    h.update(raw)
+    s["record_id"].append(h.hexdigest())
+    s["source_file"].append(source_file)
+    s["line"].append(lineno)
+    s["format"].append("metaschedule")
+    s["log_version"].append("ms")
+    s["hardware"].append(hardware)
+    s["hardware_rule"].append(rule)
+    s["target"].append(target_str)
+    _append_target(s, tgt)
+    cols.target_keys.append(tgt[1])
+    for n in HW_PARAM_NAMES:
+        s[f"hw_{n}"].append(None)
+    s["workload_key"].append(shash)
+    s["workload_name"].append(wname)
+    s["workload_hash"].append(shash)
+    cols.wl_args.append([])
+    cols.wl_str_args.append([])
+    s["task_id"].append(task_id_of(shash, tgt[0]))
+    s["n_steps"].append(n_steps)
+    cols.costs.append(cost_list)
+    s["mean_cost"].append(mean)
+    s["error_no"].append(error_no)
+    s["error_name"].append(ERROR_NAMES[error_no])
+    s["is_valid"].append(valid)
+    s["all_cost"].append(None)
+    s["timestamp"].append(None)
+    cols.n += 1
+    st.rows += 1
+    if not valid:
+        st.failed += 1
+    st.hardware[hardware] = st.hardware.get(hardware, 0) + 1
+    st.hardware_rules[rule] = st.hardware_rules.get(rule, 0) + 1
+
+
+def steps_from_json_reference(blobs: list[bytes]) -> tuple[pa.ListArray, dict[int, str]]:
+    """Pure-Python typing of Ansor steps (the oracle for ``fast_steps``): one compact JSON text per record."""
+    cols = _Columns()
+    bad: dict[int, str] = {}
+    for i, blob in enumerate(blobs):
+        mark = cols.mark()
+        try:
+            steps = orjson.loads(blob)
+            if type(steps) is not list:
+                raise ValueError("steps is not a list")
+            cols.add_ansor_steps(steps)
+        except ValueError as e:
+            cols.rollback_steps(*mark)
+            cols.step_offsets.append(len(cols.step_kind))
+            bad[i] = str(e)
+    return cols._built_steps(), bad
+
+
+if steps_from_json is None:
+    steps_from_json = steps_from_json_reference

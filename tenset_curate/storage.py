@@ -1,0 +1,220 @@
+"""Atomic writes, the dataset lock and path safety: how every command touches an output directory.
+
+A file is written under a temporary name in its final directory (``<name>.tmp-<pid>``, which no reader's glob
+matches) and renamed over the final name with ``os.replace`` after an fsync, so a killed run never leaves a half
+file under a final name. One writer at a time holds ``DATASET/.lock`` (``fcntl.flock``); a second writer fails
+with a message naming the holder, or waits when asked to. Readers never take the lock.
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import socket
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+# Floats are split into byte streams (zstd then finds the shared exponents), statistics only where a reader filters.
+PARQUET_OPTS = dict(compression="zstd", compression_level=12, use_dictionary=True)
+FLOAT_COLUMNS = ["costs", "mean_cost", "all_cost", "timestamp"]
+STAT_COLUMNS = ["line", "hardware", "task_id", "workload_key", "mean_cost", "error_no", "is_valid", "log_version",
+                "n_steps", "format", "target_kind"]
+
+
+def parquet_options(schema: pa.Schema) -> dict:
+    names = set(schema.names)
+    opts = dict(PARQUET_OPTS)
+    fl = [c for c in FLOAT_COLUMNS if c in names]
+    if fl:
+        opts["use_byte_stream_split"] = fl
+    if "steps" in names:  # records: keep footers small (TenSet has one shard per task file)
+        opts["write_statistics"] = [c for c in STAT_COLUMNS if c in names]
+    return opts
+
+
+class OutputError(RuntimeError):
+    """An output directory cannot be written (read-only, full, locked, unsafe path). Names the path."""
+
+
+def tmp_name(path: Path) -> Path:
+    return path.with_name(f"{path.name}.tmp-{os.getpid()}")
+
+
+def _fsync_dir(d: Path) -> None:
+    try:
+        fd = os.open(d, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _explain(e: OSError, path: Path) -> OutputError:
+    why = {errno.EACCES: "permission denied (read-only?)", errno.EROFS: "read-only file system",
+           errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded"}.get(e.errno, str(e))
+    return OutputError(f"cannot write {path}: {why}; earlier outputs are left as they were")
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    path = Path(path)
+    tmp = tmp_name(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise _explain(e, path) from e
+    _fsync_dir(path.parent)
+
+
+def atomic_write_json(path: Path, obj) -> None:
+    atomic_write_bytes(path, orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode())
+
+
+class AtomicParquetWriter:
+    """Stream record batches into ``path`` under a temporary name; ``commit`` renames it into place."""
+
+    def __init__(self, path: Path, schema: pa.Schema):
+        self.path = Path(path)
+        self.tmp = tmp_name(self.path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.writer = pq.ParquetWriter(self.tmp, schema, **parquet_options(schema))
+        except OSError as e:
+            raise _explain(e, self.path) from e
+        self.rows = 0
+
+    def write(self, batch) -> None:
+        try:
+            if isinstance(batch, pa.Table):
+                self.writer.write_table(batch, row_group_size=64 * 1024)
+            else:
+                self.writer.write_batch(batch, row_group_size=64 * 1024)
+        except OSError as e:
+            self.abort()
+            raise _explain(e, self.path) from e
+        self.rows += batch.num_rows
+
+    def commit(self) -> None:
+        try:
+            self.writer.close()
+            with open(self.tmp, "rb+") as fh:
+                os.fsync(fh.fileno())
+            os.replace(self.tmp, self.path)
+        except OSError as e:
+            self.abort()
+            raise _explain(e, self.path) from e
+        _fsync_dir(self.path.parent)
+
+    def abort(self) -> None:
+        try:
+            self.writer.close()
+        except Exception:  # noqa: BLE001 - best effort on an already failing path
+            pass
+        try:
+            self.tmp.unlink()
+        except OSError:
+            pass
+
+
+def write_parquet_atomic(path: Path, table: pa.Table) -> None:
+    w = AtomicParquetWriter(path, table.schema)
+    w.write(table)
+    w.commit()
+
+
+def remove_stale_tmp(root: Path) -> int:
+    """Remove temporary files a killed run left (only call while holding the lock)."""
+    n = 0
+    if not root.exists():
+        return 0
+    for p in root.rglob("*.tmp-*"):
+        try:
+            p.unlink()
+            n += 1
+        except OSError:
+            pass
+    return n
+
+
+class LockedError(OutputError):
+    pass
+
+
+@contextmanager
+def dataset_lock(root: Path, wait: bool = False, timeout: float | None = None, what: str = ""):
+    """Hold ``root/.lock`` exclusively for the duration of a write. Fails naming the holder unless ``wait``."""
+    root = Path(root)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise _explain(e, root) from e
+    try:
+        t0 = time.monotonic()
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if not wait or (timeout is not None and time.monotonic() - t0 > timeout):
+                    holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "unknown process"
+                    raise LockedError(f"{root} is being written by another process ({holder}); "
+                                      f"wait for it or pass --wait") from None
+                time.sleep(0.2)
+        info = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime(
+            "%Y-%m-%dT%H:%M:%S"), "command": what or " ".join(sys.argv[:3])})
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, info.encode(), 0)
+        yield
+    finally:
+        try:
+            os.ftruncate(fd, 0)
+        except OSError:
+            pass
+        os.close(fd)
+
+
+def file_sha256(path: Path, bufsize: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while True:
+            b = fh.read(bufsize)
+            if not b:
+                break
+            h.update(b)
+    return h.hexdigest()
+
+
+def safe_join(root: Path, rel: str) -> Path:
+    """Join a path from a pipeline file or manifest under ``root``; refuse ``..`` escapes and absolute paths."""
+    p = Path(rel)
+    if p.is_absolute():
+        raise OutputError(f"refusing absolute path {rel!r}: paths must stay inside {root}")
+    full = (Path(root) / p).resolve()
+    if not full.is_relative_to(Path(root).resolve()):
+        raise OutputError(f"refusing path {rel!r}: it escapes {root}")
+    return full
