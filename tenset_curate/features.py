@@ -1,0 +1,208 @@
+"""Features: schedule tokens (TLP style), flat summary features and operator classes.
+
+One featurizer serves Ansor steps and MetaSchedule trace instructions alike: both arrive in the canonical typed
+``steps`` column (see ``schema.py``) and are mapped onto one shared vocabulary of schedule primitives where the
+primitives mean the same thing (split/tile, reorder, fuse, loop annotations, compute_at, inline, cache read/write,
+rfactor, pragma/unroll, storage_align, thread binding). Bookkeeping instructions that carry no schedule decision
+(MetaSchedule's GetBlock, GetLoops, the Split that replays a SamplePerfectTile, ...) are dropped.
+
+Token vector (``TOKEN_DIM`` floats): one-hot primitive (``PRIMS``), one-hot loop annotation (``ANNOTATIONS``) and
+numeric parameters (``NUMERIC``): log2(1+extent), log2 of up to five tile lengths, log2(1+unroll value), the stage
+index / 16, log2(1+number of list items). Sequences are cropped/padded to ``SEQ_LEN`` tokens with a mask.
+``FEATURE_VERSION`` changes whenever any of this changes; models record it and refuse other versions.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import polars as pl
+
+PRIMS = ["split", "follow_split", "reorder", "fuse", "annotation", "compute_at", "compute_root", "inline",
+         "cache_read", "cache_write", "rfactor", "pragma", "storage_align", "bind", "sample", "tensorize"]
+ANNOTATIONS = ["unroll", "vectorize", "parallel", "vthread", "block_bind", "thread_bind", "tensorize"]
+NUMERIC = ["log_extent", "log_len1", "log_len2", "log_len3", "log_len4", "log_len5", "log_unroll", "stage",
+           "log_list_items"]
+SEQ_LEN = 64
+TOKEN_DIM = len(PRIMS) + len(ANNOTATIONS) + len(NUMERIC)
+FEATURE_VERSION = f"tok1-L{SEQ_LEN}-D{TOKEN_DIM}"
+
+# step kind (Ansor short name or MetaSchedule instruction) -> primitive; absent kinds are dropped
+KIND_TO_PRIM = {
+    # Ansor
+    "SP": "split", "FSP": "follow_split", "FFSP": "follow_split", "RE": "reorder", "FU": "fuse",
+    "AN": "annotation", "CA": "compute_at", "CR": "compute_root", "CI": "inline", "CHR": "cache_read",
+    "CHW": "cache_write", "RF": "rfactor", "PR": "pragma", "SA": "storage_align",
+    # MetaSchedule
+    "SamplePerfectTile": "split", "SamplePartitionedTile": "split", "Reorder": "reorder", "Fuse": "fuse",
+    "Parallel": "annotation", "Vectorize": "annotation", "Unroll": "annotation", "Bind": "bind",
+    "ComputeAt": "compute_at", "ReverseComputeAt": "compute_at", "ComputeInline": "inline",
+    "ReverseComputeInline": "inline", "CacheRead": "cache_read", "CacheWrite": "cache_write",
+    "ReindexCacheRead": "cache_read", "ReindexCacheWrite": "cache_write", "RFactor": "rfactor",
+    "Annotate": "pragma", "StorageAlign": "storage_align", "SampleCategorical": "sample",
+    "SampleComputeLocation": "sample", "Tensorize": "tensorize", "Blockize": "tensorize",
+}
+# Ansor IteratorAnnotation enum -> annotation
+ANSOR_ANN = {1: "unroll", 2: "vectorize", 3: "parallel", 4: "vthread", 5: "block_bind", 6: "thread_bind",
+             7: "block_bind", 8: "thread_bind", 9: "block_bind", 10: "thread_bind", 11: "tensorize"}
+MS_ANN = {"Parallel": "parallel", "Vectorize": "vectorize", "Unroll": "unroll", "Tensorize": "tensorize"}
+
+# Operator classes, matched in this order against a workload name / task description / folder name.
+OP_CLASS_RULES = [
+    ("depthwise", re.compile(r"depthwise|dwconv", re.I)),
+    ("batch_matmul", re.compile(r"batch_matmul|bmm|batch_dense", re.I)),
+    ("conv2d", re.compile(r"conv2d|conv3d|conv1d|(^|[_/+])conv($|[_/+])|winograd", re.I)),
+    ("dense", re.compile(r"dense|matmul|gemm|(^|[_/+])mm($|[_/+])|linear", re.I)),
+    ("pooling", re.compile(r"pool", re.I)),
+    ("softmax", re.compile(r"softmax", re.I)),
+    ("reduction", re.compile(r"reduc|(^|[_/+])(sum|mean|argmax|argmin)($|[_/+])", re.I)),
+    ("elementwise", re.compile(r"elementwise|(^|[_/+])(T_)?(add|relu|multiply|subtract|divide|exp|sigmoid|tanh|"
+                               r"cast|clip|layout_transform|bias_add)($|[_/+])", re.I)),
+]
+OP_CLASSES = [c for c, _ in OP_CLASS_RULES] + ["unknown"]
+
+
+def classify_operator(name: str | None) -> str | None:
+    if not name:
+        return None
+    for cls, rx in OP_CLASS_RULES:
+        if rx.search(name):
+            return cls
+    return None
+
+
+def operator_classes(tasks: pl.DataFrame, task_desc: dict[str, str] | None = None) -> pl.DataFrame:
+    """One operator class per task: from the workload name, else the network_info task description, else the
+    folder the log came from; ``unknown`` when none of them says (no guessing). ``op_rule`` records which rule.
+
+    ``tasks`` needs columns task_id, workload_name, workload_key, source_file.
+    """
+    rows = []
+    for tid, wname, wkey, src in tasks.select("task_id", "workload_name", "workload_key", "source_file").unique(
+            "task_id", keep="first", maintain_order=True).iter_rows():
+        cls, rule = classify_operator(wname), "workload-name"
+        if cls is None and task_desc and wkey in task_desc:
+            cls, rule = classify_operator(task_desc[wkey]), "task-desc"
+        if cls is None and src and "/" in src:
+            for folder in reversed(src.split("/")[:-1]):
+                cls = classify_operator(folder)
+                if cls:
+                    rule = "folder"
+                    break
+        if cls is None:
+            cls, rule = "unknown", "none"
+        rows.append((tid, cls, rule))
+    return pl.DataFrame(rows, schema={"task_id": pl.Utf8, "op_class": pl.Utf8, "op_rule": pl.Utf8}, orient="row")
+
+
+def _log2p(x: pl.Expr) -> pl.Expr:
+    return (x.cast(pl.Float64).clip(lower_bound=0) + 1).log(2)
+
+
+def token_tensor(steps: pl.Series, seq_len: int = SEQ_LEN) -> tuple[np.ndarray, np.ndarray]:
+    """Schedule tokens for each record: float32 [N, seq_len, TOKEN_DIM] and a bool mask [N, seq_len].
+
+    Vectorised: the steps of all records are exploded into one table, mapped with Polars expressions and scattered
+    into the tensor with numpy; no Python loop over steps.
+    """
+    n = len(steps)
+    tokens = np.zeros((n, seq_len, TOKEN_DIM), dtype=np.float32)
+    mask = np.zeros((n, seq_len), dtype=bool)
+    if n == 0:
+        return tokens, mask
+    ex = (
+        pl.DataFrame({"steps": steps}).with_row_index("rid").explode("steps").drop_nulls("steps").unnest("steps")
+        .with_columns(pl.col("kind").replace_strict(KIND_TO_PRIM, default=None).alias("prim"))
+        .drop_nulls("prim")
+        .with_columns(pl.int_range(pl.len()).over("rid").alias("pos"))
+        .filter(pl.col("pos") < seq_len)
+    )
+    if ex.height == 0:
+        return tokens, mask
+    lens = pl.col("lists").list.first()
+    ann = (
+        pl.when(pl.col("kind") == "AN").then(
+            pl.col("ints").list.get(2, null_on_oob=True).replace_strict(ANSOR_ANN, default=None))
+        .when(pl.col("kind").is_in(list(MS_ANN))).then(pl.col("kind").replace_strict(MS_ANN, default=None))
+        .when(pl.col("kind") == "Bind").then(
+            pl.when(pl.col("strs").list.first().str.contains("threadIdx")).then(pl.lit("thread_bind"))
+            .when(pl.col("strs").list.first().str.contains("vthread")).then(pl.lit("vthread"))
+            .otherwise(pl.lit("block_bind")))
+        .otherwise(None)
+    )
+    unroll = (
+        pl.when(pl.col("kind") == "PR").then(
+            pl.col("strs").list.first().str.extract(r"\$(\d+)$").cast(pl.Float64, strict=False))
+        .when(pl.col("kind") == "SampleCategorical").then(
+            lens.list.get(pl.col("ints").list.last().fill_null(0), null_on_oob=True).cast(pl.Float64))
+        .otherwise(None)
+    )
+    is_split = pl.col("prim") == "split"
+    extent = (pl.when(pl.col("kind") == "SP").then(pl.col("ints").list.get(2, null_on_oob=True).cast(pl.Float64))
+              .when(pl.col("kind").is_in(["SamplePerfectTile", "SamplePartitionedTile"]))
+              .then(lens.list.eval(pl.element().cast(pl.Float64).clip(lower_bound=1)).list.eval(
+                  pl.element().log()).list.sum().exp())
+              .otherwise(None))
+    cols = [
+        pl.col("rid"), pl.col("pos"),
+        pl.col("prim").replace_strict({p: i for i, p in enumerate(PRIMS)}, return_dtype=pl.Int32).alias("prim_i"),
+        ann.replace_strict({a: i for i, a in enumerate(ANNOTATIONS)}, default=None, return_dtype=pl.Int32)
+        .alias("ann_i"),
+        _log2p(extent).fill_null(0).alias("log_extent"),
+    ]
+    for j in range(5):
+        cols.append(pl.when(is_split).then(_log2p(lens.list.get(j, null_on_oob=True))).otherwise(None)
+                    .fill_null(0).alias(f"log_len{j + 1}"))
+    cols += [
+        _log2p(unroll).fill_null(0).alias("log_unroll"),
+        (pl.when(pl.col("kind").str.len_chars() <= 4).then(pl.col("ints").list.first()).otherwise(None)
+         .cast(pl.Float64).fill_null(0) / 16.0).alias("stage"),
+        _log2p(pl.col("lists").list.eval(pl.element().list.len()).list.sum().fill_null(0)).alias("log_list_items"),
+    ]
+    t = ex.select(cols)
+    rid = t["rid"].to_numpy().astype(np.int64)
+    pos = t["pos"].to_numpy().astype(np.int64)
+    tokens[rid, pos, t["prim_i"].to_numpy()] = 1.0
+    ann_i = t["ann_i"].to_numpy()
+    has = ~np.isnan(ann_i.astype(np.float64)) if ann_i.dtype.kind == "f" else np.ones(len(ann_i), bool)
+    if t["ann_i"].null_count():
+        has = t["ann_i"].is_not_null().to_numpy()
+    tokens[rid[has], pos[has], len(PRIMS) + t["ann_i"].to_numpy()[has].astype(np.int64)] = 1.0
+    base = len(PRIMS) + len(ANNOTATIONS)
+    for j, name in enumerate(NUMERIC):
+        tokens[rid, pos, base + j] = t[name].to_numpy().astype(np.float32)
+    mask[rid, pos] = True
+    return tokens, mask
+
+
+FLAT_NAMES = (
+    [f"n_{p}" for p in PRIMS] + [f"n_{a}" for a in ANNOTATIONS] + [f"mean_{x}" for x in NUMERIC]
+    + [f"max_{x}" for x in NUMERIC] + ["log_n_steps"] + [f"wl_arg{i}" for i in range(8)]
+)
+
+
+def flat_features(tokens: np.ndarray, mask: np.ndarray, n_steps: np.ndarray, workload_args: pl.Series) -> np.ndarray:
+    """Flat summary features for clustering and tree models: counts per primitive and annotation, mean and max of
+    each numeric token parameter (tile-factor statistics, unroll depth), log step count, workload numeric args."""
+    k = len(PRIMS) + len(ANNOTATIONS)
+    counts = tokens[:, :, :k].sum(1)
+    num = tokens[:, :, k:]
+    m = mask[:, :, None]
+    denom = np.maximum(mask.sum(1, keepdims=True), 1)
+    mean = (num * m).sum(1) / denom
+    mx = np.where(m, num, 0).max(1)
+    wl = np.zeros((len(tokens), 8), np.float32)
+    if len(workload_args):
+        lst = workload_args.list.head(8).to_list()
+        for i, a in enumerate(lst):
+            if a:
+                wl[i, : len(a)] = np.log2(1 + np.clip(np.asarray(a, np.float64), 0, None))
+    return np.concatenate([counts, mean, mx, np.log2(1 + n_steps.astype(np.float32))[:, None], wl], axis=1).astype(
+        np.float32)
+
+
+def featurize(df: pl.DataFrame, seq_len: int = SEQ_LEN) -> dict:
+    """Arrays the models train on: tokens, mask, flat features (keys as model.py expects)."""
+    tokens, mask = token_tensor(df["steps"], seq_len)
+    flat = flat_features(tokens, mask, df["n_steps"].to_numpy(), df["workload_args"])
+    return {"tokens": tokens, "mask": mask, "flat": flat}
