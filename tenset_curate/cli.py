@@ -1,0 +1,287 @@
+"""The ``curate`` command line: a thin Typer layer; every command calls a public function of the package.
+
+Core commands (convert, sql, info, prune, splits) import neither torch nor tvm.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import orjson
+import typer
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__.splitlines()[0])
+splits_app = typer.Typer(no_args_is_help=True, help="Make and analyse train/valid/test splits.")
+report_app = typer.Typer(no_args_is_help=True, help="Generate reports.")
+app.add_typer(splits_app, name="splits")
+app.add_typer(report_app, name="report")
+
+
+def _print_json(obj) -> None:
+    sys.stdout.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS, default=str).decode() + "\n")
+
+
+def _fail(msg: str, code: int = 2):
+    typer.echo(f"error: {msg}", err=True)
+    raise typer.Exit(code)
+
+
+def _log(msg: str) -> None:
+    typer.echo(msg, err=True)
+
+
+@app.command()
+def convert(
+    inputs: List[Path] = typer.Argument(..., help="log files or folders (TenSet measure_records/, MetaSchedule dbs)"),
+    out: Path = typer.Option(..., "--out", "-o", help="dataset folder"),
+    hardware: Optional[str] = typer.Option(None, help="hardware name when neither -model= nor measure_records/ says"),
+    workers: int = typer.Option(1, help="worker processes"),
+    wait: bool = typer.Option(False, help="wait for another writer of --out instead of failing"),
+    json_out: bool = typer.Option(False, "--json", help="print the summary as JSON"),
+):
+    """Convert Ansor/TenSet logs (v0.2-v0.6, plain or gz), MetaSchedule databases and network_info pickles."""
+    from .convert import convert as run
+    from .readers import InputError
+    from .storage import OutputError
+
+    try:
+        s = run(inputs, out, hardware=hardware, workers=workers, progress=not json_out, log=_log, wait=wait)
+    except (InputError, OutputError) as e:
+        _fail(str(e))
+    if json_out:
+        _print_json(s)
+    else:
+        t = s["totals"]
+        if s["nothing_to_do"]:
+            typer.echo(f"nothing to do: {s['inputs_unchanged']} input(s) unchanged since the last run")
+        typer.echo(f"{s['dataset']}: {s['inputs']} inputs ({s['inputs_converted']} converted, "
+                   f"{s['inputs_unchanged']} unchanged, {s['inputs_failed']} failed) in {s['seconds']} s")
+        typer.echo(f"lines {t['lines']} = rows {t['rows']} + quarantined {t['quarantined']} + comments "
+                   f"{t['comments']}" + (f" + workload rows {t['workload_rows']}" if t.get("workload_rows") else "")
+                   + f"  [{'balanced' if t['balanced'] else 'UNBALANCED'}]; failed measurements {t['failed']}")
+        for hw, n in s["rows_per_hardware"].items():
+            typer.echo(f"  {hw}: {n} rows")
+        typer.echo("hardware named by: " + ", ".join(f"{k} ({v})" for k, v in s["hardware_rules"].items()))
+        for label, err in s["errors"].items():
+            typer.echo(f"error: {label}: {err}", err=True)
+    if s["inputs_failed"] or not s["totals"]["balanced"]:
+        raise typer.Exit(1)
+
+
+@app.command()
+def sql(
+    query: str = typer.Argument(..., help="a read-only SELECT over the catalog views"),
+    dataset: Path = typer.Option(Path("."), "--dataset", "-d", help="dataset folder"),
+    fmt: str = typer.Option("table", "--format", "-f", help="table | csv | json"),
+):
+    """Run a read-only SQL query over a dataset's catalog (records, quarantine, tasks, split_<name>, ...)."""
+    from .catalog import SQLRefused, run_sql
+
+    try:
+        typer.echo(run_sql(dataset, query, fmt=fmt), nl=False)
+    except SQLRefused as e:
+        _fail(str(e))
+    except Exception as e:  # duckdb errors: syntax, missing column, ...
+        _fail(f"{type(e).__name__}: {e}")
+
+
+@app.command()
+def info(dataset: Path = typer.Argument(...), json_out: bool = typer.Option(False, "--json")):
+    """Records, tasks and failure rate per hardware and operator class."""
+    from .dataset_info import dataset_info
+
+    s = dataset_info(dataset)
+    if json_out:
+        _print_json(s)
+        return
+    typer.echo(f"{dataset}: {s['records']} records, {s['tasks']} tasks, {s['quarantined']} quarantined lines")
+    typer.echo(f"{'hardware':<24}{'operator':<14}{'records':>9}{'tasks':>7}{'failed':>9}")
+    for r in s["by_hardware_operator"]:
+        typer.echo(f"{r['hardware']:<24}{r['op_class']:<14}{r['records']:>9}{r['tasks']:>7}{r['failure_rate']:>9.2%}")
+
+
+@app.command()
+def prune(
+    dataset: Path = typer.Argument(...),
+    ratio: float = typer.Option(..., help="fraction of records to REMOVE (0.45 keeps 55%)"),
+    method: str = typer.Option("hybrid", help="redundancy | cluster | importance | hybrid | random"),
+    out: Path = typer.Option(..., "--out", "-o"),
+    seed: int = typer.Option(0),
+    min_keep: int = typer.Option(8, help="records every task keeps at least"),
+    evaluate: bool = typer.Option(False, help="also train a proxy ranker on full vs pruned vs random data"),
+    json_out: bool = typer.Option(False, "--json"),
+):
+    """Prune a dataset down to a ratio; writes a dataset with the same schema and a pruning report."""
+    from .prune import prune as run
+
+    try:
+        s = run(dataset, out, ratio, method, seed, min_keep)
+    except (ValueError, FileNotFoundError) as e:
+        _fail(str(e))
+    if evaluate:
+        from .evaluate_prune import evaluate_pruning
+
+        s["evaluation"] = evaluate_pruning(dataset, out, ratio, seed=seed)
+    if json_out:
+        _print_json(s)
+    else:
+        typer.echo(f"{s['method']}: {s['records_before']} -> {s['records_after']} records "
+                   f"(removed {s['ratio_achieved']:.2%}, asked {ratio:.0%}) in {s['seconds']} s; report: "
+                   f"{Path(out) / 'prune_report.md'}")
+        if "warning" in s:
+            typer.echo("warning: " + s["warning"], err=True)
+        if evaluate:
+            for k, v in s["evaluation"].items():
+                typer.echo(f"  {k}: {v}")
+
+
+@splits_app.command("make")
+def splits_make(
+    dataset: Path = typer.Argument(...),
+    scheme: str = typer.Option(..., help="within-task | network | operator | hardware"),
+    name: Optional[str] = typer.Option(None, help="split name (default: the scheme)"),
+    seed: int = typer.Option(0),
+    test_fraction: float = typer.Option(0.1),
+    valid_fraction: float = typer.Option(0.1),
+    holdout: Optional[str] = typer.Option(None, help="comma list: networks or operator classes to hold out"),
+    train_hw: Optional[str] = typer.Option(None, help="comma list of training hardware"),
+    test_hw: Optional[str] = typer.Option(None, help="comma list of test hardware"),
+    few_shot: float = typer.Option(0.0, help="fraction of the test hardware's records moved into training"),
+    json_out: bool = typer.Option(False, "--json"),
+):
+    """Assign every record to train/valid/test; stored as splits/<name>.parquet and view split_<name>."""
+    from .splits import write_split
+
+    sp = lambda s: [x.strip() for x in s.split(",") if x.strip()] if s else None  # noqa: E731
+    try:
+        s = write_split(dataset, name or scheme.replace("-", "_"), scheme, seed=seed, test_fraction=test_fraction,
+                        valid_fraction=valid_fraction, holdout=sp(holdout), train_hw=sp(train_hw),
+                        test_hw=sp(test_hw), few_shot=few_shot)
+    except (ValueError, FileNotFoundError) as e:
+        _fail(str(e))
+    if json_out:
+        _print_json(s)
+    else:
+        typer.echo(f"split {s['name']} ({scheme}): " + ", ".join(f"{k} {v}" for k, v in s["counts"].items()))
+
+
+@splits_app.command("analyze")
+def splits_analyze(dataset: Path = typer.Argument(...), name: str = typer.Option(...),
+                   out: Path = typer.Option(Path("reports/splits"), "--out", "-o")):
+    """Report a split: sizes, leakage, label distribution, feature drift, cross-hardware rank correlation."""
+    from .splits import analyze
+
+    try:
+        p = analyze(dataset, name, out)
+    except FileNotFoundError as e:
+        _fail(str(e))
+    typer.echo(f"wrote {p}")
+
+
+@app.command()
+def train(
+    dataset: Path = typer.Argument(...),
+    split: str = typer.Option(..., help="split name (see curate splits make)"),
+    model: str = typer.Option("attention", help="attention | mlp | gbdt"),
+    out: Path = typer.Option(..., "--out", "-o", help="model directory"),
+    epochs: int = typer.Option(10),
+    device: str = typer.Option("cpu", help="cpu | cuda"),
+    seed: int = typer.Option(0),
+    json_out: bool = typer.Option(False, "--json"),
+):
+    """Train a cost model on a split's train part (early stopping on valid PCA)."""
+    from .training import train_model
+
+    s = train_model(dataset, split, model, out, epochs=epochs, device=device, seed=seed, progress=not json_out)
+    _print_json(s) if json_out else typer.echo(f"model {model} -> {out}: valid {s.get('valid')}")
+
+
+@app.command()
+def evaluate(
+    model_dir: Path = typer.Argument(...),
+    dataset: Path = typer.Argument(...),
+    split: str = typer.Option(...),
+    part: str = typer.Option("test"),
+    json_out: bool = typer.Option(False, "--json"),
+):
+    """TenSet metrics (PCA, top-1, top-5) of a model on a split part, overall, per operator and hardware."""
+    from .training import evaluate_model
+
+    s = evaluate_model(model_dir, dataset, split, part)
+    if json_out:
+        _print_json(s)
+    else:
+        typer.echo(f"PCA {s['pca']:.4f}  top-1 {s['top1']:.4f}  top-5 {s['top5']:.4f}  "
+                   f"({s['n_tasks']} tasks, {s['n_records']} records)")
+
+
+@report_app.command("pca")
+def report_pca(
+    dataset: Path = typer.Option(Path("data/sample-cpu"), "--dataset"),
+    out: Path = typer.Option(Path("reports/pca.md"), "--out", "-o"),
+    epochs: int = typer.Option(8),
+):
+    """Train and evaluate the baselines and the attention model on the dataset's splits; one Markdown table."""
+    from .report import pca_report
+
+    typer.echo(f"wrote {pca_report(dataset, out, epochs=epochs)}")
+
+
+@app.command()
+def collect(
+    workloads: str = typer.Option("sample", help="a built-in workload set or a JSON file of workload names"),
+    trials: int = typer.Option(64, help="measured trials per workload"),
+    out: Path = typer.Option(..., "--out", "-o"),
+    target: str = typer.Option("auto"),
+    seed: int = typer.Option(0),
+):
+    """Tune workloads on this CPU with MetaSchedule and keep every measured candidate (needs the tvm extra)."""
+    from .collect import collect as run
+    from .workloads import get_workloads
+
+    _print_json(run(get_workloads(workloads), trials, out, target=target, seed=seed))
+
+
+@app.command()
+def verify(
+    model: List[Path] = typer.Option(..., "--model", help="trained model directories"),
+    workloads: str = typer.Option("heldout"),
+    trials: int = typer.Option(64),
+    seeds: int = typer.Option(3),
+    out: Path = typer.Option(Path("reports/verify"), "--out", "-o"),
+):
+    """Tune held-out workloads with each model as MetaSchedule's cost model vs XGB and random (needs tvm)."""
+    from .verifier import verify as run
+
+    _print_json(run(model, workloads, trials=trials, seeds=seeds, out=out))
+
+
+@app.command("run")
+def run_pipeline(
+    pipeline: Path = typer.Argument(..., help="a pipelines/*.toml file"),
+    set_: List[str] = typer.Option([], "--set", help="override: step.param=value"),
+    executor: str = typer.Option("local", help="local | ray"),
+    workers: int = typer.Option(1),
+    from_step: Optional[str] = typer.Option(None, "--from", help="redo this step and the ones after it"),
+    dry_run: bool = typer.Option(False, "--dry-run"),
+    json_out: bool = typer.Option(False, "--json"),
+):
+    """Run a declarative pipeline; unchanged steps are skipped, a killed run resumes."""
+    from .pipeline import PipelineError, run
+
+    try:
+        s = run(pipeline, overrides=set_, executor=executor, workers=workers, from_step=from_step,
+                dry_run=dry_run, log=_log)
+    except PipelineError as e:
+        _fail(str(e))
+    if json_out:
+        _print_json(s)
+    else:
+        for st in s["steps"]:
+            typer.echo(f"{st['step']:<10} {st['status']:<8} {st.get('seconds', 0):>8.2f} s  {st.get('summary', '')}")
+        typer.echo(f"run summary: {s.get('summary_path')}")
+
+
+if __name__ == "__main__":
+    app()

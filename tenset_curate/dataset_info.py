@@ -1,0 +1,27 @@
+"""``curate info``: what a dataset holds, per hardware and operator class."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from .features import operator_classes
+
+
+def dataset_info(dataset: Path) -> dict:
+    dataset = Path(dataset)
+    files = sorted((dataset / "records").glob("*/*.parquet"))
+    if not files:
+        raise FileNotFoundError(f"{dataset}: no record shards (run curate convert first)")
+    lf = pl.scan_parquet(files)
+    recs = lf.select("hardware", "task_id", "workload_name", "workload_key", "source_file", "is_valid").collect()
+    ops = operator_classes(recs)
+    j = recs.join(ops, on="task_id", how="left")
+    by = (j.group_by("hardware", "op_class").agg(pl.len().alias("records"), pl.col("task_id").n_unique().alias("tasks"),
+                                                 (1 - pl.col("is_valid").mean()).alias("failure_rate"))
+          .sort("hardware", "op_class"))
+    q = sorted((dataset / "quarantine").glob("*.parquet"))
+    nq = pl.scan_parquet(q).select(pl.len()).collect().item() if q else 0
+    return {"dataset": str(dataset), "records": recs.height, "tasks": recs.select("hardware", "task_id").n_unique(),
+            "quarantined": nq, "by_hardware_operator": by.to_dicts(),
+            "op_rules": dict(ops.group_by("op_rule").len().sort("op_rule").iter_rows())}

@@ -1,0 +1,924 @@
+"""Learned cost models (rankers) for tensor programs: attention, TenSet-MLP and LightGBM.
+
+All three share one interface and are trained on numpy arrays (produced by ``features.py``)::
+
+    data = {
+        "tokens":   float32 [N, L, D]  schedule tokens, padded            (AttentionRanker)
+        "mask":     bool    [N, L]     True = real token                  (AttentionRanker)
+        "flat":     float32 [N, F]     flat summary features              (all; optional for attention)
+        "task_ids": int64   [N]        group ids (a task = workload x target)
+        "labels":   float32 [N]        TenSet throughput labels in [0, 1], higher is better
+    }
+
+    model = AttentionRanker(epochs=30, seed=0, feature_version="v3", data_manifest_hash=h)
+    model.fit(train, valid)                  # early stopping on validation PCA (best state kept)
+    scores = model.predict(test)             # float64 [N]; higher = predicted faster
+    model.evaluate(test)                     # metrics.evaluate_predictions(...)
+    model.save("models/attn")                # model.pt (state_dict) + config.json
+    m = load_model("models/attn", expected_feature_version="v3")
+
+Model directory
+    ``config.json``: ``kind``, ``format_version``, ``hparams``, ``input_dims``,
+    ``feature_version`` and ``data_manifest_hash`` (both given by the caller, stored verbatim),
+    ``history`` (per-epoch / per-eval metrics), ``best_epoch``; plus the weights: ``model.pt``
+    (``torch.save(state_dict)``; loaded ONLY with ``torch.load(..., weights_only=True)``, so a
+    checkpoint carrying pickled code is refused with ``ModelLoadError``) or ``model.txt``
+    (LightGBM text model). ``load(dir, expected_feature_version=...)`` raises
+    ``ModelMismatchError`` naming both versions when they differ; inputs whose dimensions differ
+    from the trained ones are refused the same way.
+
+Loss (neural rankers)
+    ``loss="lambdarank"`` (default): TenSet's ``LambdaRankLoss``
+    (``python/tvm/auto_scheduler/cost_model/mlp_model.py``, the default ``loss_type`` of TenSet's
+    ``MLPModelInternal``; allRank's "lambdaRank" weighting scheme): rank the group by the
+    predictions; gains ``G = (2^y - 1) / maxDCG``, discounts ``D = log2(1 + position)``; for every
+    pair with ``y_i > y_j`` add ``|1/D_i - 1/D_j| * |G_i - G_j| * -log2(sigmoid(sigma (s_i - s_j)))``;
+    summed over pairs. Differences from TenSet: (1) the loss is computed INSIDE each task (a
+    batch holds ``tasks_per_batch`` tasks with up to ``records_per_task`` records each; the batch
+    loss is the mean over its tasks of the per-task sum) whereas TenSet computes it over a
+    shuffled batch of 512 records mixed across tasks (``batching="mixed"`` reproduces that);
+    (2) ``-log2(sigmoid(x))`` is evaluated as ``softplus(-x) / ln 2`` instead of TenSet's
+    ``log2(clamp(sigmoid(x), 1e-10) ** w)`` (same value, no gradient cut-off below x = -23).
+    ``loss="ranknet"``: mean over pairs ``y_i > y_j`` of ``softplus(-(s_i - s_j))`` (RankNet).
+
+GBDT
+    LightGBM ``lambdarank`` (or ``rank_xendcg``) grouped by task. These objectives need integer
+    relevance grades: by default (``grade_mode="quantile"``) each record gets
+    ``floor(n_grades * rank_lo / n)`` where ``rank_lo`` is the number of records of its task with a
+    strictly smaller label, i.e. within-task quantile buckets 0..n_grades-1 (ties share a grade,
+    the best record is in the top grade); ``grade_mode="linear"`` uses
+    ``min(floor(label * n_grades), n_grades - 1)`` (labels are relative to the task's best).
+    ``label_gain`` defaults to the linear gain ``[0, 1, ..., n_grades-1]`` (LightGBM's default
+    ``2^g - 1`` over-weights the top bucket and hurts pairwise accuracy). LightGBM refuses queries
+    over 10000 rows, so tasks are cut into random sub-groups of at most ``max_group_size`` records
+    (this only drops cross-sub-group pairs from the objective). Early stopping uses the
+    validation PCA (computed every ``eval_every`` rounds from LightGBM's incremental scores).
+
+Reproducibility
+    ``seed`` seeds torch (``torch.manual_seed``) and the numpy batch sampler;
+    ``deterministic=True`` turns on ``torch.use_deterministic_algorithms`` (warn-only, restored
+    after fit/predict); ``num_threads`` sets ``torch.set_num_threads`` for the duration of
+    fit/predict (LightGBM: ``num_threads`` + ``deterministic`` + ``force_row_wise``). Two fits
+    with the same seed, data, thread count and machine give identical predictions on CPU. For
+    bitwise determinism on CUDA also export ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` before start-up.
+    The device is taken only from the ``device`` argument (``"cpu"`` or ``"cuda"``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import metrics as _metrics
+
+__all__ = [
+    "ModelLoadError",
+    "ModelMismatchError",
+    "Ranker",
+    "AttentionRanker",
+    "MLPRanker",
+    "GBDTRanker",
+    "load_model",
+    "lambdarank_loss",
+    "ranknet_loss",
+]
+
+FORMAT_VERSION = 1
+CONFIG_NAME = "config.json"
+TORCH_WEIGHTS = "model.pt"
+LGB_WEIGHTS = "model.txt"
+
+
+class ModelLoadError(RuntimeError):
+    """A model directory cannot be loaded (missing files, unsafe or corrupt weights)."""
+
+
+class ModelMismatchError(ModelLoadError):
+    """The model does not match what the caller expects (feature version, kind, input dims)."""
+
+
+# ============================================================================================
+# data helpers
+# ============================================================================================
+def _as(data: dict, key: str, dtype, ndim: int, required: bool = True):
+    if key not in data or data[key] is None:
+        if required:
+            raise KeyError(f"data dict is missing {key!r}")
+        return None
+    arr = np.asarray(data[key])
+    if arr.dtype != dtype:
+        arr = arr.astype(dtype)
+    if arr.ndim != ndim:
+        raise ValueError(f"data[{key!r}] must be {ndim}-D, got shape {arr.shape}")
+    return arr
+
+
+def _n_records(arrays: dict) -> int:
+    ns = {k: len(v) for k, v in arrays.items() if v is not None}
+    if len(set(ns.values())) > 1:
+        raise ValueError(f"arrays disagree on the number of records: {ns}")
+    return next(iter(ns.values())) if ns else 0
+
+
+def _task_groups(task_ids: np.ndarray, min_size: int = 2) -> list[np.ndarray]:
+    order, _, starts, counts = _metrics.task_slices(task_ids)
+    return [order[s: s + c] for s, c in zip(starts, counts) if c >= min_size]
+
+
+def _plan_epoch(groups: list[np.ndarray], n_records: int, rng: np.random.Generator,
+                tasks_per_batch: int, records_per_task: int, batching: str) -> list[list[np.ndarray]]:
+    """One epoch = every training record once. ``task``: each task is shuffled and cut into
+    near-equal chunks of <= records_per_task; the chunks are shuffled and packed
+    ``tasks_per_batch`` per batch. ``mixed`` (TenSet): one global shuffle, batches of
+    tasks_per_batch*records_per_task records treated as one ranking group."""
+    if batching == "mixed":
+        allidx = np.concatenate(groups) if groups else np.zeros(0, np.int64)
+        perm = allidx[rng.permutation(allidx.size)]
+        bs = tasks_per_batch * records_per_task
+        return [[perm[i: i + bs]] for i in range(0, perm.size, bs) if perm[i: i + bs].size >= 2]
+    chunks: list[np.ndarray] = []
+    for g in groups:
+        g = g[rng.permutation(g.size)]
+        n_chunks = -(-g.size // records_per_task)
+        chunks.extend(np.array_split(g, n_chunks))
+    order = rng.permutation(len(chunks))
+    chunks = [chunks[i] for i in order]
+    return [chunks[i: i + tasks_per_batch] for i in range(0, len(chunks), tasks_per_batch)]
+
+
+@contextlib.contextmanager
+def _torch_env(num_threads: int | None, deterministic: bool):
+    import torch
+
+    prev_threads = torch.get_num_threads()
+    prev_det = torch.are_deterministic_algorithms_enabled()
+    prev_warn = torch.is_deterministic_algorithms_warn_only_enabled()
+    try:
+        if num_threads:
+            torch.set_num_threads(int(num_threads))
+        if deterministic:
+            torch.use_deterministic_algorithms(True, warn_only=True)
+        yield
+    finally:
+        torch.set_num_threads(prev_threads)
+        torch.use_deterministic_algorithms(prev_det, warn_only=prev_warn)
+
+
+def _progress(iterable, enabled: bool, **kw):
+    from tqdm.auto import tqdm
+
+    disable = (not enabled) or not (hasattr(sys.stderr, "isatty") and sys.stderr.isatty())
+    return tqdm(iterable, disable=disable, leave=False, **kw)
+
+
+def _json_safe(obj):
+    if isinstance(obj, dict):
+        return {str(k): _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    return obj
+
+
+def _summary(m: dict) -> dict:
+    return {k: v for k, v in m.items() if not isinstance(v, dict)}
+
+
+# ============================================================================================
+# losses
+# ============================================================================================
+def _pad_groups(scores, labels, sizes: np.ndarray):
+    """Scatter flat per-record scores/labels into [G, Bmax] with a validity mask."""
+    import torch
+
+    g = sizes.size
+    bmax = int(sizes.max())
+    rows = np.repeat(np.arange(g), sizes)
+    cols = np.arange(sizes.sum()) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    r = torch.from_numpy(rows).to(scores.device)
+    c = torch.from_numpy(cols).to(scores.device)
+    S = scores.new_zeros((g, bmax)).index_put((r, c), scores)
+    Y = labels.new_zeros((g, bmax)).index_put((r, c), labels)
+    M = torch.zeros((g, bmax), dtype=torch.bool, device=scores.device)
+    M[r, c] = True
+    return S, Y, M
+
+
+def lambdarank_loss(S, Y, M, sigma: float = 1.0, eps: float = 1e-10):
+    """TenSet's LambdaRankLoss on padded groups ``S, Y, M: [G, B]`` (see module docstring).
+    Returns the mean over groups of the per-group pair sum, and the number of pairs."""
+    import torch
+    import torch.nn.functional as F
+
+    G_, B = S.shape
+    neg_inf = torch.finfo(S.dtype).min
+    _, idx = S.detach().masked_fill(~M, neg_inf).sort(dim=1, descending=True, stable=True)
+    m_s = M.gather(1, idx)
+    s_s = S.gather(1, idx).masked_fill(~m_s, 0.0)
+    y_s = Y.gather(1, idx).masked_fill(~m_s, 0.0).clamp(min=0.0)
+    y_ideal, _ = Y.masked_fill(~M, 0.0).clamp(min=0.0).sort(dim=1, descending=True)
+    pos = torch.arange(1, B + 1, device=S.device, dtype=S.dtype)
+    D = torch.log2(1.0 + pos)[None, :]
+    max_dcg = ((torch.pow(2.0, y_ideal) - 1.0) / D).sum(dim=1).clamp(min=eps)
+    gain = (torch.pow(2.0, y_s) - 1.0) / max_dcg[:, None]
+    weights = (1.0 / D[:, :, None] - 1.0 / D[:, None, :]).abs() * (gain[:, :, None] - gain[:, None, :]).abs()
+    pairs = m_s[:, :, None] & m_s[:, None, :] & (y_s[:, :, None] > y_s[:, None, :])
+    diff = s_s[:, :, None] - s_s[:, None, :]
+    losses = weights * F.softplus(-sigma * diff) / math.log(2.0)
+    n_pairs = int(pairs.sum())
+    loss = (losses * pairs).sum() / G_
+    return loss, n_pairs
+
+
+def ranknet_loss(S, Y, M, sigma: float = 1.0):
+    """RankNet: mean over within-group pairs with y_i > y_j of softplus(-sigma (s_i - s_j))."""
+    import torch.nn.functional as F
+
+    pairs = M[:, :, None] & M[:, None, :] & (Y[:, :, None] > Y[:, None, :])
+    diff = S[:, :, None] - S[:, None, :]
+    n_pairs = int(pairs.sum())
+    loss = (F.softplus(-sigma * diff) * pairs).sum() / max(n_pairs, 1)
+    return loss, n_pairs
+
+
+# ============================================================================================
+# base class
+# ============================================================================================
+class Ranker:
+    """Common interface: fit / predict / evaluate / save / load."""
+
+    kind: str = ""
+    weights_file: str = ""
+    _defaults: dict[str, Any] = {}
+
+    def __init__(self, *, seed: int = 0, progress: bool = True, feature_version: str | None = None,
+                 data_manifest_hash: str | None = None, **hparams):
+        unknown = set(hparams) - set(self._defaults)
+        if unknown:
+            raise TypeError(f"{type(self).__name__}: unknown hyper-parameters {sorted(unknown)}")
+        self.hparams = {**self._defaults, **hparams}
+        self.seed = int(seed)
+        self.progress = progress
+        self.feature_version = feature_version
+        self.data_manifest_hash = data_manifest_hash
+        self.input_dims: dict[str, int] | None = None
+        self.history: list[dict] = []
+        self.best_epoch: int | None = None
+        self.fit_seconds: float | None = None
+
+    # ---- to implement -------------------------------------------------------------------
+    def fit(self, train: dict, valid: dict | None = None) -> "Ranker":
+        raise NotImplementedError
+
+    def predict(self, data: dict) -> np.ndarray:
+        raise NotImplementedError
+
+    def _save_weights(self, path: Path) -> None:
+        raise NotImplementedError
+
+    def _load_weights(self, path: Path) -> None:
+        raise NotImplementedError
+
+    # ---- shared -------------------------------------------------------------------------
+    def evaluate(self, data: dict, groups: dict[str, np.ndarray] | None = None) -> dict:
+        preds = self.predict(data)
+        return _metrics.evaluate_predictions(data["task_ids"], data["labels"], preds, groups)
+
+    def _require_fitted(self):
+        if self.input_dims is None:
+            raise RuntimeError(f"{type(self).__name__} is not fitted")
+
+    def _check_dims(self, dims: dict[str, int]):
+        for k, v in dims.items():
+            want = self.input_dims.get(k)
+            if want is not None and v != want:
+                raise ModelMismatchError(
+                    f"{self.kind} model was trained with {k}={want}, got {k}={v}")
+
+    def config(self) -> dict:
+        return _json_safe({
+            "kind": self.kind,
+            "format_version": FORMAT_VERSION,
+            "hparams": self.hparams,
+            "seed": self.seed,
+            "input_dims": self.input_dims,
+            "feature_version": self.feature_version,
+            "data_manifest_hash": self.data_manifest_hash,
+            "history": self.history,
+            "best_epoch": self.best_epoch,
+            "fit_seconds": self.fit_seconds,
+            "weights": self.weights_file,
+            "library_versions": self._library_versions(),
+        })
+
+    def _library_versions(self) -> dict:
+        return {"numpy": np.__version__}
+
+    def save(self, directory: str | os.PathLike, *, feature_version: str | None = None,
+             data_manifest_hash: str | None = None) -> Path:
+        """Write weights + config.json into ``directory`` (created). ``feature_version`` /
+        ``data_manifest_hash`` override the values given at construction."""
+        self._require_fitted()
+        if feature_version is not None:
+            self.feature_version = feature_version
+        if data_manifest_hash is not None:
+            self.data_manifest_hash = data_manifest_hash
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        self._save_weights(d / self.weights_file)
+        tmp = d / (CONFIG_NAME + ".tmp")
+        tmp.write_text(json.dumps(self.config(), indent=2, sort_keys=True))
+        os.replace(tmp, d / CONFIG_NAME)
+        return d
+
+    @staticmethod
+    def read_config(directory: str | os.PathLike) -> dict:
+        path = Path(directory) / CONFIG_NAME
+        try:
+            cfg = json.loads(path.read_text())
+        except FileNotFoundError as e:
+            raise ModelLoadError(f"no {CONFIG_NAME} in {directory}") from e
+        except json.JSONDecodeError as e:
+            raise ModelLoadError(f"corrupt {path}: {e}") from e
+        if not isinstance(cfg, dict) or "kind" not in cfg:
+            raise ModelLoadError(f"{path} has no 'kind'")
+        return cfg
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike, *, expected_feature_version: str | None = None,
+             **kwargs) -> "Ranker":
+        """Load a model directory. ``expected_feature_version``: refuse (``ModelMismatchError``)
+        a model trained on another feature version. ``kwargs`` override runtime settings
+        (``device``, ``num_threads``, ``progress``, ``infer_batch_size``)."""
+        cfg = cls.read_config(directory)
+        kind = cfg["kind"]
+        if cls is Ranker:
+            if kind not in _KINDS:
+                raise ModelLoadError(f"unknown model kind {kind!r} in {directory}")
+            cls = _KINDS[kind]
+        elif kind != cls.kind:
+            raise ModelMismatchError(f"{directory} holds a {kind!r} model, not {cls.kind!r}")
+        if cfg.get("format_version") != FORMAT_VERSION:
+            raise ModelMismatchError(
+                f"{directory}: format_version {cfg.get('format_version')!r}, expected {FORMAT_VERSION}")
+        if expected_feature_version is not None and cfg.get("feature_version") != expected_feature_version:
+            raise ModelMismatchError(
+                f"feature version mismatch for {directory}: model was trained on feature_version="
+                f"{cfg.get('feature_version')!r} but the caller expects {expected_feature_version!r}")
+        runtime = {k: kwargs.pop(k) for k in list(kwargs) if k in ("progress",)}
+        hp = dict(cfg.get("hparams") or {})
+        hp.update(kwargs)
+        obj = cls(seed=cfg.get("seed", 0), feature_version=cfg.get("feature_version"),
+                  data_manifest_hash=cfg.get("data_manifest_hash"), **runtime, **hp)
+        obj.input_dims = cfg.get("input_dims")
+        obj.history = cfg.get("history") or []
+        obj.best_epoch = cfg.get("best_epoch")
+        obj.fit_seconds = cfg.get("fit_seconds")
+        if obj.input_dims is None:
+            raise ModelLoadError(f"{directory}: config.json has no input_dims (model never fitted?)")
+        wpath = Path(directory) / cls.weights_file
+        if not wpath.is_file():
+            raise ModelLoadError(f"missing weights file {wpath}")
+        obj._load_weights(wpath)
+        return obj
+
+
+def load_model(directory: str | os.PathLike, *, expected_feature_version: str | None = None,
+               **kwargs) -> Ranker:
+    """Load any model directory, dispatching on config.json's ``kind``."""
+    return Ranker.load(directory, expected_feature_version=expected_feature_version, **kwargs)
+
+
+# ============================================================================================
+# torch models
+# ============================================================================================
+def _build_attention_net(input_dims: dict, hp: dict):
+    import torch
+    from torch import nn
+
+    class AttentionNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            D, L, F = input_dims["token_dim"], input_dims["max_len"], input_dims["flat_dim"]
+            d = hp["d_model"]
+            self.use_flat = bool(hp["use_flat"]) and F > 0
+            self.clip = float(hp["input_clip"])
+            self.register_buffer("tok_mean", torch.zeros(D))
+            self.register_buffer("tok_std", torch.ones(D))
+            self.register_buffer("flat_mean", torch.zeros(F))
+            self.register_buffer("flat_std", torch.ones(F))
+            self.embed = nn.Linear(D, d)
+            self.pos = nn.Parameter(torch.randn(L, d) * 0.02)
+            layer = nn.TransformerEncoderLayer(
+                d, hp["n_heads"], dim_feedforward=hp["ff_mult"] * d, dropout=hp["dropout"],
+                activation="relu", batch_first=True, norm_first=False)
+            self.encoder = nn.TransformerEncoder(layer, hp["n_layers"], enable_nested_tensor=True)
+            head_in = d + (F if self.use_flat else 0)
+            h = hp["head_hidden"]
+            self.head = nn.Sequential(nn.Linear(head_in, h), nn.ReLU(), nn.Linear(h, h), nn.ReLU(),
+                                      nn.Linear(h, 1))
+
+        def forward(self, tokens, mask, flat=None):
+            x = ((tokens - self.tok_mean) / self.tok_std).clamp(-self.clip, self.clip)
+            empty = ~mask.any(dim=1)
+            if bool(empty.any()):  # a record without tokens: attend to position 0 only
+                mask = mask.clone()
+                mask[empty, 0] = True
+            h = self.embed(x) + self.pos[: x.shape[1]]
+            h = self.encoder(h, src_key_padding_mask=~mask)
+            m = mask.unsqueeze(-1).to(h.dtype)
+            pooled = (h * m).sum(dim=1) / m.sum(dim=1)
+            if self.use_flat:
+                f = ((flat - self.flat_mean) / self.flat_std).clamp(-self.clip, self.clip)
+                pooled = torch.cat([pooled, f], dim=1)
+            return self.head(pooled).squeeze(-1)
+
+    return AttentionNet()
+
+
+def _build_mlp_net(input_dims: dict, hp: dict):
+    import torch
+    from torch import nn
+
+    class TenSetMLP(nn.Module):
+        """TenSet ``SegmentSumMLPModule`` with one segment (the flat feature row):
+        encoder Linear-ReLU-Linear-ReLU, two residual Linear-ReLU blocks, linear decoder.
+        Inputs are divided by TenSet's per-column max (here max |x|, 1 where 0)."""
+
+        def __init__(self):
+            super().__init__()
+            F, H = input_dims["flat_dim"], hp["hidden_dim"]
+            self.register_buffer("flat_scale", torch.ones(F))
+            self.segment_encoder = nn.Sequential(nn.Linear(F, H), nn.ReLU(), nn.Linear(H, H), nn.ReLU())
+            self.l0 = nn.Sequential(nn.Linear(H, H), nn.ReLU())
+            self.l1 = nn.Sequential(nn.Linear(H, H), nn.ReLU())
+            self.decoder = nn.Linear(H, 1)
+
+        def forward(self, flat):
+            out = self.segment_encoder(flat / self.flat_scale)
+            out = self.l0(out) + out
+            out = self.l1(out) + out
+            return self.decoder(out).squeeze(-1)
+
+    return TenSetMLP()
+
+
+class _TorchRanker(Ranker):
+    weights_file = TORCH_WEIGHTS
+    _common_defaults = dict(
+        epochs=30, lr=1e-3, weight_decay=1e-6, lr_schedule="cosine", lr_step_epochs=10,
+        lr_gamma=0.5, warmup_steps=0, grad_clip=1.0, tasks_per_batch=8, records_per_task=64,
+        batching="task", loss="lambdarank", sigma=1.0, patience=5, min_delta=1e-4,
+        infer_batch_size=4096, device="cpu", num_threads=None, deterministic=True,
+    )
+
+    # subclasses: _build_net(), _net_inputs(arrays, idx, device), _feature_arrays(data),
+    # _dims(arrays), _init_normalizer(net, arrays)
+
+    def _library_versions(self) -> dict:
+        import torch
+
+        return {"numpy": np.__version__, "torch": torch.__version__}
+
+    @property
+    def device(self):
+        import torch
+
+        return torch.device(self.hparams["device"])
+
+    # ---- training -----------------------------------------------------------------------
+    def fit(self, train: dict, valid: dict | None = None) -> "_TorchRanker":
+        import torch
+
+        hp = self.hparams
+        if hp["loss"] not in ("lambdarank", "ranknet"):
+            raise ValueError(f"loss must be 'lambdarank' or 'ranknet', got {hp['loss']!r}")
+        if hp["batching"] not in ("task", "mixed"):
+            raise ValueError("batching must be 'task' or 'mixed'")
+        t0 = time.perf_counter()
+        arrays = self._feature_arrays(train)
+        task_ids = _as(train, "task_ids", np.int64, 1)
+        labels = _as(train, "labels", np.float32, 1)
+        arrays_all = dict(arrays, task_ids=task_ids, labels=labels)
+        _n_records(arrays_all)
+        self.input_dims = self._dims(arrays)
+        if valid is not None:
+            v_arrays = self._feature_arrays(valid)
+            self._check_dims(self._dims(v_arrays))
+            v_tasks = _as(valid, "task_ids", np.int64, 1)
+            v_labels = _as(valid, "labels", np.float32, 1)
+        groups = _task_groups(task_ids, 2)
+        if not groups:
+            raise ValueError("training data has no task with >= 2 records")
+        n_train = int(sum(g.size for g in groups))
+        rng = np.random.default_rng(self.seed)
+        dev = self.device
+        self.history, self.best_epoch = [], None
+        with _torch_env(hp["num_threads"], hp["deterministic"]):
+            torch.manual_seed(self.seed)
+            net = self._build_net()
+            self._init_normalizer(net, arrays)
+            net.to(dev)
+            opt = torch.optim.Adam(net.parameters(), lr=hp["lr"], weight_decay=hp["weight_decay"])
+            steps_per_epoch = len(_plan_epoch(groups, n_train, np.random.default_rng(0),
+                                              hp["tasks_per_batch"], hp["records_per_task"], hp["batching"]))
+            sched = self._scheduler(opt, steps_per_epoch)
+            loss_fn = lambdarank_loss if hp["loss"] == "lambdarank" else ranknet_loss
+            best_pca, best_state, bad = -np.inf, None, 0
+            for epoch in range(hp["epochs"]):
+                te = time.perf_counter()
+                net.train()
+                batches = _plan_epoch(groups, n_train, rng, hp["tasks_per_batch"],
+                                      hp["records_per_task"], hp["batching"])
+                tot_loss, n_steps, n_seen = 0.0, 0, 0
+                bar = _progress(batches, self.progress, desc=f"{self.kind} epoch {epoch}", unit="batch")
+                for chunks in bar:
+                    idx = np.concatenate(chunks)
+                    sizes = np.fromiter((c.size for c in chunks), dtype=np.int64, count=len(chunks))
+                    scores = net(*self._net_inputs(arrays, idx, dev))
+                    y = torch.from_numpy(labels[idx]).to(dev)
+                    S, Y, M = _pad_groups(scores, y, sizes)
+                    loss, n_pairs = loss_fn(S, Y, M, sigma=hp["sigma"])
+                    n_seen += idx.size
+                    if n_pairs:
+                        opt.zero_grad(set_to_none=True)
+                        loss.backward()
+                        if hp["grad_clip"]:
+                            torch.nn.utils.clip_grad_norm_(net.parameters(), hp["grad_clip"])
+                        opt.step()
+                        tot_loss += float(loss.detach())
+                        n_steps += 1
+                    if sched is not None:
+                        sched.step()
+                    if n_steps and n_steps % 20 == 0:
+                        bar.set_postfix(loss=f"{tot_loss / n_steps:.4f}")
+                train_s = time.perf_counter() - te
+                rec = {"epoch": epoch, "train_loss": tot_loss / max(n_steps, 1),
+                       "lr": opt.param_groups[0]["lr"], "train_records_per_s": n_seen / max(train_s, 1e-9),
+                       "train_seconds": train_s}
+                if valid is not None:
+                    vp = self._predict_arrays(net, v_arrays)
+                    m = _metrics.evaluate_predictions(v_tasks, v_labels, vp)
+                    rec.update({f"valid_{k}": v for k, v in _summary(m).items()})
+                    pca = m["pca"]
+                    if pca > best_pca + hp["min_delta"]:
+                        best_pca, bad, self.best_epoch = pca, 0, epoch
+                        best_state = {k: v.detach().clone() for k, v in net.state_dict().items()}
+                    else:
+                        bad += 1
+                self.history.append(_json_safe(rec))
+                if valid is not None and bad >= hp["patience"]:
+                    break
+            if best_state is not None:
+                net.load_state_dict(best_state)
+            else:
+                self.best_epoch = len(self.history) - 1
+        self.net = net.eval()
+        self.fit_seconds = time.perf_counter() - t0
+        return self
+
+    def _scheduler(self, opt, steps_per_epoch: int):
+        import torch
+
+        hp = self.hparams
+        total = max(1, hp["epochs"] * steps_per_epoch)
+        warm = int(hp["warmup_steps"])
+        kind = hp["lr_schedule"]
+        if kind == "constant":
+            base = lambda s: 1.0  # noqa: E731
+        elif kind == "cosine":
+            base = lambda s: 0.5 * (1.0 + math.cos(math.pi * min(s, total) / total))  # noqa: E731
+        elif kind == "step":
+            step = max(1, hp["lr_step_epochs"] * steps_per_epoch)
+            base = lambda s: hp["lr_gamma"] ** (s // step)  # noqa: E731
+        else:
+            raise ValueError("lr_schedule must be 'cosine', 'step' or 'constant'")
+        if kind == "constant" and warm == 0:
+            return None
+        return torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda s: base(s) * (min(1.0, (s + 1) / warm) if warm else 1.0))
+
+    # ---- inference ----------------------------------------------------------------------
+    def predict(self, data: dict) -> np.ndarray:
+        self._require_fitted()
+        arrays = self._feature_arrays(data)
+        self._check_dims(self._dims(arrays))
+        with _torch_env(self.hparams["num_threads"], self.hparams["deterministic"]):
+            return self._predict_arrays(self.net, arrays)
+
+    def _predict_arrays(self, net, arrays: dict) -> np.ndarray:
+        import torch
+
+        n = _n_records(arrays)
+        out = np.empty(n, dtype=np.float32)
+        order = self._inference_order(arrays)
+        bs = int(self.hparams["infer_batch_size"])
+        dev = self.device
+        was_training = net.training
+        net.eval()
+        with torch.inference_mode():
+            for s in range(0, n, bs):
+                idx = order[s: s + bs]
+                out[idx] = net(*self._net_inputs(arrays, idx, dev)).float().cpu().numpy()
+        net.train(was_training)
+        return out.astype(np.float64)
+
+    def _inference_order(self, arrays: dict) -> np.ndarray:
+        return np.arange(_n_records(arrays))
+
+    # ---- persistence --------------------------------------------------------------------
+    def _save_weights(self, path: Path) -> None:
+        import torch
+
+        state = {k: v.detach().cpu() for k, v in self.net.state_dict().items()}
+        torch.save(state, path)
+
+    def _load_weights(self, path: Path) -> None:
+        import torch
+
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as e:  # UnpicklingError for anything beyond tensors / containers
+            raise ModelLoadError(
+                f"refusing to load {path}: not a plain tensor state_dict "
+                f"(torch.load(weights_only=True) rejected it: {type(e).__name__}: {e})") from e
+        if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+            raise ModelLoadError(f"{path} does not hold a state_dict of tensors")
+        with _torch_env(self.hparams["num_threads"], False):
+            torch.manual_seed(self.seed)
+            net = self._build_net()
+        try:
+            net.load_state_dict(state, strict=True)
+        except RuntimeError as e:
+            raise ModelMismatchError(f"{path} does not match the architecture in config.json: {e}") from e
+        self.net = net.to(self.device).eval()
+
+
+class AttentionRanker(_TorchRanker):
+    """Transformer encoder over schedule tokens (TLP-style), masked mean pooling, optional flat
+    features concatenated before an MLP head; trained with a within-task ranking loss."""
+
+    kind = "attention"
+    _defaults = dict(
+        _TorchRanker._common_defaults,
+        d_model=64, n_heads=4, n_layers=2, ff_mult=2, dropout=0.0, head_hidden=128,
+        use_flat=True, input_clip=20.0, lr=1e-3, epochs=30,
+    )
+
+    def _feature_arrays(self, data: dict) -> dict:
+        tokens = _as(data, "tokens", np.float32, 3)
+        mask = _as(data, "mask", np.bool_, 2)
+        flat = _as(data, "flat", np.float32, 2, required=False)
+        if flat is None:
+            flat = np.zeros((len(tokens), 0), np.float32)
+        if mask.shape != tokens.shape[:2]:
+            raise ValueError(f"mask shape {mask.shape} does not match tokens {tokens.shape}")
+        # effective length of each record = last real token + 1 (tokens may be right-padded)
+        last = np.where(mask.any(axis=1), mask.shape[1] - np.argmax(mask[:, ::-1], axis=1), 1)
+        arrays = {"tokens": tokens, "mask": mask, "flat": flat, "_len": last.astype(np.int64)}
+        _n_records(arrays)
+        return arrays
+
+    def _dims(self, arrays: dict) -> dict:
+        t = arrays["tokens"]
+        return {"token_dim": int(t.shape[2]), "flat_dim": int(arrays["flat"].shape[1]),
+                "max_len": int(t.shape[1])}
+
+    def _check_dims(self, dims: dict):
+        # shorter / longer padding is fine (batches are trimmed; over-long records are refused
+        # in _net_inputs); token and flat widths must match
+        super()._check_dims({k: v for k, v in dims.items() if k != "max_len"})
+
+    def _build_net(self):
+        return _build_attention_net(self.input_dims, self.hparams)
+
+    def _init_normalizer(self, net, arrays: dict):
+        import torch
+
+        tok, mask, flat = arrays["tokens"], arrays["mask"], arrays["flat"]
+        real = tok[mask].astype(np.float64)  # [n_real_tokens, D]
+        if real.size:
+            mu, sd = real.mean(0), real.std(0)
+            sd[sd < 1e-6] = 1.0
+            net.tok_mean.copy_(torch.from_numpy(mu.astype(np.float32)))
+            net.tok_std.copy_(torch.from_numpy(sd.astype(np.float32)))
+        if flat.shape[1] and len(flat):
+            f = flat.astype(np.float64)
+            mu, sd = f.mean(0), f.std(0)
+            sd[sd < 1e-6] = 1.0
+            net.flat_mean.copy_(torch.from_numpy(mu.astype(np.float32)))
+            net.flat_std.copy_(torch.from_numpy(sd.astype(np.float32)))
+
+    def _net_inputs(self, arrays: dict, idx: np.ndarray, dev):
+        import torch
+
+        max_len = self.input_dims["max_len"]
+        Lb = int(arrays["_len"][idx].max())
+        if Lb > max_len:
+            raise ModelMismatchError(f"records have {Lb} tokens, model was trained with max_len={max_len}")
+        tok = torch.from_numpy(np.ascontiguousarray(arrays["tokens"][idx, :Lb])).to(dev)
+        mask = torch.from_numpy(np.ascontiguousarray(arrays["mask"][idx, :Lb])).to(dev)
+        flat = torch.from_numpy(arrays["flat"][idx]).to(dev)
+        return tok, mask, flat
+
+    def _inference_order(self, arrays: dict) -> np.ndarray:
+        # group records of similar length so that batches are trimmed tightly
+        return np.argsort(arrays["_len"], kind="stable")
+
+
+class MLPRanker(_TorchRanker):
+    """TenSet's MLP cost model (``MLPModelInternal``: SegmentSumMLP, hidden 256, Adam lr 7e-4,
+    wd 1e-6, grad clip 0.5, LambdaRank loss, 50 epochs, constant LR -- TenSet's StepLR has
+    gamma=1) over the flat features."""
+
+    kind = "mlp"
+    _defaults = dict(
+        _TorchRanker._common_defaults,
+        hidden_dim=256, lr=7e-4, weight_decay=1e-6, grad_clip=0.5, epochs=50, lr_schedule="constant",
+        patience=8,
+    )
+
+    def _feature_arrays(self, data: dict) -> dict:
+        return {"flat": _as(data, "flat", np.float32, 2)}
+
+    def _dims(self, arrays: dict) -> dict:
+        return {"flat_dim": int(arrays["flat"].shape[1])}
+
+    def _build_net(self):
+        return _build_mlp_net(self.input_dims, self.hparams)
+
+    def _init_normalizer(self, net, arrays: dict):
+        import torch
+
+        scale = np.abs(arrays["flat"]).max(axis=0).astype(np.float32) if len(arrays["flat"]) else None
+        if scale is not None:
+            scale[~(scale > 0)] = 1.0
+            net.flat_scale.copy_(torch.from_numpy(scale))
+
+    def _net_inputs(self, arrays: dict, idx: np.ndarray, dev):
+        import torch
+
+        return (torch.from_numpy(arrays["flat"][idx]).to(dev),)
+
+
+# ============================================================================================
+# LightGBM
+# ============================================================================================
+def relevance_grades(task_ids: np.ndarray, labels: np.ndarray, n_grades: int = 16,
+                     mode: str = "quantile") -> np.ndarray:
+    """Integer relevance grades 0..n_grades-1 for LightGBM ranking objectives (see module doc)."""
+    labels = np.asarray(labels, dtype=np.float64)
+    if mode == "linear":
+        return np.clip(np.floor(np.nan_to_num(labels, nan=0.0) * n_grades), 0, n_grades - 1).astype(np.int32)
+    if mode != "quantile":
+        raise ValueError("grade_mode must be 'quantile' or 'linear'")
+    grades = np.zeros(labels.size, dtype=np.int32)
+    order, _, starts, counts = _metrics.task_slices(task_ids)
+    for s, c in zip(starts, counts):
+        idx = order[s: s + c]
+        l = labels[idx]
+        rank_lo = np.searchsorted(np.sort(l), l, side="left")
+        grades[idx] = np.minimum(rank_lo * n_grades // c, n_grades - 1)
+    return grades
+
+
+class GBDTRanker(Ranker):
+    """LightGBM lambdarank over the flat features, one query per task (see module docstring)."""
+
+    kind = "gbdt"
+    weights_file = LGB_WEIGHTS
+    _defaults = dict(
+        objective="lambdarank", n_estimators=600, learning_rate=0.05, num_leaves=63,
+        min_data_in_leaf=20, feature_fraction=0.9, lambda_l2=0.0, max_bin=255,
+        lambdarank_truncation_level=64, n_grades=16, grade_mode="quantile", label_gain=None,
+        max_group_size=2000, early_stopping_rounds=100, eval_every=10, num_threads=None,
+    )
+
+    def _library_versions(self) -> dict:
+        import lightgbm
+
+        return {"numpy": np.__version__, "lightgbm": lightgbm.__version__}
+
+    def _params(self) -> dict:
+        hp = self.hparams
+        if hp["objective"] not in ("lambdarank", "rank_xendcg"):
+            raise ValueError("objective must be 'lambdarank' or 'rank_xendcg'")
+        gain = hp["label_gain"] if hp["label_gain"] is not None else list(range(hp["n_grades"]))
+        p = dict(
+            objective=hp["objective"], learning_rate=hp["learning_rate"], num_leaves=hp["num_leaves"],
+            min_data_in_leaf=hp["min_data_in_leaf"], feature_fraction=hp["feature_fraction"],
+            lambda_l2=hp["lambda_l2"], max_bin=hp["max_bin"], label_gain=[float(g) for g in gain],
+            lambdarank_truncation_level=hp["lambdarank_truncation_level"], metric="None",
+            seed=self.seed, deterministic=True, force_row_wise=True, verbosity=-1,
+        )
+        if hp["num_threads"]:
+            p["num_threads"] = int(hp["num_threads"])
+        return p
+
+    def _grouped(self, task_ids: np.ndarray, rng: np.random.Generator):
+        """Row order (records of a query contiguous) and query sizes; tasks over
+        max_group_size rows are cut into random near-equal sub-groups."""
+        cap = int(self.hparams["max_group_size"])
+        order, _, starts, counts = _metrics.task_slices(task_ids)
+        rows, sizes = [], []
+        for s, c in zip(starts, counts):
+            idx = order[s: s + c]
+            if c > cap:
+                idx = idx[rng.permutation(c)]
+                for part in np.array_split(idx, -(-c // cap)):
+                    rows.append(part)
+                    sizes.append(part.size)
+            else:
+                rows.append(idx)
+                sizes.append(c)
+        return np.concatenate(rows), np.asarray(sizes)
+
+    def fit(self, train: dict, valid: dict | None = None) -> "GBDTRanker":
+        import lightgbm as lgb
+
+        hp = self.hparams
+        t0 = time.perf_counter()
+        flat = _as(train, "flat", np.float32, 2)
+        task_ids = _as(train, "task_ids", np.int64, 1)
+        labels = _as(train, "labels", np.float32, 1)
+        _n_records({"flat": flat, "task_ids": task_ids, "labels": labels})
+        self.input_dims = {"flat_dim": int(flat.shape[1])}
+        rng = np.random.default_rng(self.seed)
+        rows, sizes = self._grouped(task_ids, rng)
+        grades = relevance_grades(task_ids, labels, hp["n_grades"], hp["grade_mode"])
+        params = self._params()
+        dtrain = lgb.Dataset(flat[rows], grades[rows], group=sizes, params={"max_bin": hp["max_bin"]},
+                             free_raw_data=True)
+        self.history, self.best_epoch = [], None
+        callbacks = []
+        feval = None
+        valid_sets = None
+        if valid is not None:
+            vflat = _as(valid, "flat", np.float32, 2)
+            self._check_dims({"flat_dim": int(vflat.shape[1])})
+            vtask = _as(valid, "task_ids", np.int64, 1)
+            vlab = _as(valid, "labels", np.float32, 1)
+            vrows, vsizes = self._grouped(vtask, np.random.default_rng(self.seed + 1))
+            vgr = relevance_grades(vtask, vlab, hp["n_grades"], hp["grade_mode"])
+            dvalid = lgb.Dataset(vflat[vrows], vgr[vrows], group=vsizes, reference=dtrain)
+            valid_sets = [dvalid]
+            vt, vl = vtask[vrows], vlab[vrows]
+            state = {"calls": 0, "last": -np.inf}
+            every = max(1, int(hp["eval_every"]))
+
+            def feval(preds, _ds):
+                state["calls"] += 1
+                it = state["calls"]
+                if it == 1 or it % every == 0:
+                    m = _metrics.evaluate_predictions(vt, vl, preds)
+                    state["last"] = m["pca"]
+                    self.history.append(_json_safe(
+                        {"iteration": it, **{f"valid_{k}": v for k, v in _summary(m).items()}}))
+                return "pca", state["last"], True
+
+            callbacks.append(lgb.early_stopping(int(hp["early_stopping_rounds"]), verbose=False))
+        n_rounds = int(hp["n_estimators"])
+        bar = _progress(range(n_rounds), self.progress, desc="gbdt", unit="tree")
+        if not getattr(bar, "disable", True):
+            callbacks.append(lambda env: bar.update(1))
+        self.booster = lgb.train(params, dtrain, num_boost_round=n_rounds, valid_sets=valid_sets,
+                                 valid_names=["valid"] if valid_sets else None, feval=feval,
+                                 callbacks=callbacks)
+        bar.close()
+        best = self.booster.best_iteration
+        self.best_epoch = int(best) if best and best > 0 else self.booster.current_iteration()
+        self.fit_seconds = time.perf_counter() - t0
+        return self
+
+    def predict(self, data: dict) -> np.ndarray:
+        self._require_fitted()
+        flat = _as(data, "flat", np.float32, 2)
+        self._check_dims({"flat_dim": int(flat.shape[1])})
+        kw = {"num_threads": int(self.hparams["num_threads"])} if self.hparams["num_threads"] else {}
+        return np.asarray(self.booster.predict(flat, num_iteration=self.best_epoch, **kw), dtype=np.float64)
+
+    def _save_weights(self, path: Path) -> None:
+        self.booster.save_model(str(path), num_iteration=self.best_epoch)
+
+    def _load_weights(self, path: Path) -> None:
+        import lightgbm as lgb
+
+        try:
+            self.booster = lgb.Booster(model_file=str(path))
+        except Exception as e:
+            raise ModelLoadError(f"cannot read LightGBM model {path}: {e}") from e
+
+
+_KINDS: dict[str, type[Ranker]] = {c.kind: c for c in (AttentionRanker, MLPRanker, GBDTRanker)}

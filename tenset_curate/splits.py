@@ -1,0 +1,254 @@
+"""``curate splits``: assign every record to train / valid / test, and report what a split does to the data.
+
+Schemes (all deterministic for a seed; a record's draw is a hash of (seed, record_id), so the assignment does not
+depend on row order or on how the data was sharded):
+
+- ``within-task``: TenSet's ``within_task`` scheme: per task, 90% of the records train and 10% test
+  (``--test-fraction``); ``valid`` takes ``--valid-fraction`` of the training part.
+- ``network``: hold out named networks (TenSet's five test networks by default when a ``networks`` table exists):
+  every task of a held-out network is test; tasks a held-out network shares with training networks are removed
+  from training (never in both), and the report says how many.
+- ``operator``: hold out operator classes (``--holdout depthwise``).
+- ``hardware``: train on ``--train-hw``, test on ``--test-hw``; ``--few-shot F`` puts a fraction F of the test
+  hardware's records (per task) into training, the rest stay test.
+
+A split is a Parquet table ``splits/<name>.parquet`` (record_id, hardware, task_id, part) and a DuckDB view
+``split_<name>`` in the catalog. Leak-free by construction: a task (network, operator splits) or a record
+(within-task, hardware splits) is never in both train and test.
+"""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+SCHEMES = ["within-task", "network", "operator", "hardware"]
+# TenSet's held-out networks (scripts/common.py, make_dataset.py's test set)
+TENSET_TEST_NETWORKS = ["resnet_50", "mobilenet_v2", "resnet3d_18", "bert_base", "bert_tiny"]
+
+
+def _u01(record_ids: pl.Series, seed: int, salt: str = "") -> np.ndarray:
+    """A uniform [0, 1) draw per record from blake2b(seed, salt, record_id): order- and shard-independent."""
+    pre = f"{seed}:{salt}:".encode()
+    out = np.empty(len(record_ids))
+    for i, r in enumerate(record_ids.to_list()):
+        out[i] = int.from_bytes(hashlib.blake2b(pre + r.encode(), digest_size=8).digest(), "little") / 2**64
+    return out
+
+
+def _within(df: pl.DataFrame, u: np.ndarray, test_fraction: float) -> np.ndarray:
+    """Per task: the test_fraction of records with the smallest draws are test (at least one when the task has
+    two or more records)."""
+    t = df.select("hardware", "task_id").with_columns(pl.Series("u", u)).with_row_index("i")
+    t = t.with_columns(pl.col("u").rank("ordinal").over(["hardware", "task_id"]).alias("r"),
+                       pl.len().over(["hardware", "task_id"]).alias("n"))
+    n_test = (t["n"].to_numpy() * test_fraction).round().clip(min=1)
+    n_test = np.where(t["n"].to_numpy() < 2, 0, n_test)
+    return t["r"].to_numpy() <= n_test
+
+
+def make_split(records: pl.DataFrame, scheme: str, seed: int = 0, test_fraction: float = 0.1,
+               valid_fraction: float = 0.1, holdout: list[str] | None = None, train_hw: list[str] | None = None,
+               test_hw: list[str] | None = None, few_shot: float = 0.0, networks: pl.DataFrame | None = None,
+               op_classes: pl.DataFrame | None = None) -> tuple[pl.DataFrame, dict]:
+    """Return (assignment table, info). ``records`` needs record_id, hardware, task_id, workload_key."""
+    if scheme not in SCHEMES:
+        raise ValueError(f"unknown scheme {scheme!r}; choose from {', '.join(SCHEMES)}")
+    df = records.select("record_id", "hardware", "task_id", "workload_key")
+    u = _u01(df["record_id"], seed, "test")
+    info: dict = {"scheme": scheme, "seed": seed}
+    part = np.full(df.height, "train", dtype=object)
+    if scheme == "within-task":
+        part[_within(df, u, test_fraction)] = "test"
+        info["test_fraction"] = test_fraction
+    elif scheme == "operator":
+        if not holdout:
+            raise ValueError("operator split needs --holdout CLASS[,CLASS]")
+        if op_classes is None:
+            raise ValueError("operator split needs operator classes")
+        oc = df.join(op_classes.select("task_id", "op_class"), on="task_id", how="left")["op_class"].to_numpy()
+        test = np.isin(oc, holdout)
+        if not test.any():
+            raise ValueError(f"no task of class {holdout} in the data")
+        part[test] = "test"
+        info["holdout"] = holdout
+    elif scheme == "network":
+        if networks is None or networks.height == 0:
+            raise ValueError("network split needs network_info (convert TenSet's network_info/*.task.pkl)")
+        nets = holdout or [n for n in TENSET_TEST_NETWORKS if n in set(networks["network"].drop_nulls())]
+        if not nets:
+            raise ValueError("none of the held-out networks is in the networks table")
+        test_keys = set(networks.filter(pl.col("network").is_in(nets))["workload_key"])
+        train_keys = set(networks.filter(~pl.col("network").is_in(nets))["workload_key"])
+        shared = test_keys & train_keys
+        in_test = df["workload_key"].is_in(list(test_keys)).to_numpy()
+        part[in_test] = "test"
+        info.update({"holdout": nets, "test_tasks": len(test_keys), "shared_tasks_removed_from_train": len(shared),
+                     "shared_task_records": int(df["workload_key"].is_in(list(shared)).sum())})
+    elif scheme == "hardware":
+        if not train_hw or not test_hw:
+            raise ValueError("hardware split needs --train-hw and --test-hw")
+        hw = df["hardware"].to_numpy()
+        part[:] = "drop"
+        part[np.isin(hw, train_hw)] = "train"
+        t = np.isin(hw, test_hw)
+        part[t] = "test"
+        if few_shot > 0:
+            fs = _u01(df["record_id"], seed, "few-shot") < few_shot
+            part[t & fs] = "train"
+        info.update({"train_hw": train_hw, "test_hw": test_hw, "few_shot": few_shot})
+    tr = part == "train"
+    v = _u01(df["record_id"], seed, "valid") < valid_fraction
+    part[tr & v] = "valid"
+    out = df.select("record_id", "hardware", "task_id").with_columns(pl.Series("part", part.astype(str)))
+    out = out.filter(pl.col("part") != "drop")
+    if scheme in ("network", "operator"):  # leak-freedom by construction: a task is in one side only
+        test_tasks = set(out.filter(pl.col("part") == "test")["task_id"])
+        out = out.with_columns(pl.when(pl.col("task_id").is_in(list(test_tasks)) & (pl.col("part") != "test"))
+                               .then(pl.lit("removed")).otherwise(pl.col("part")).alias("part"))
+        info["records_removed_from_train"] = int((out["part"] == "removed").sum())
+        out = out.filter(pl.col("part") != "removed")
+    info["counts"] = dict(sorted(out.group_by("part").len().iter_rows()))
+    return out.sort("record_id"), info
+
+
+def load_dataset_tables(dataset: Path) -> tuple[pl.DataFrame, pl.DataFrame | None]:
+    from .prune import load_records
+
+    recs = load_records(dataset, ["record_id", "hardware", "task_id", "workload_key", "workload_name",
+                                  "source_file"])
+    nets = None
+    nfiles = sorted((Path(dataset) / "networks").glob("*.parquet"))
+    if nfiles:
+        nets = pl.concat([pl.read_parquet(f) for f in nfiles])
+    return recs, nets
+
+
+def write_split(dataset: Path, name: str, scheme: str, **kw) -> dict:
+    """Make a split of ``dataset`` and store it as ``splits/<name>.parquet`` (+ catalog view ``split_<name>``)."""
+    from .features import operator_classes
+    from .storage import atomic_write_json, dataset_lock, write_parquet_atomic
+
+    dataset = Path(dataset)
+    recs, nets = load_dataset_tables(dataset)
+    ops = operator_classes(recs) if scheme == "operator" else None
+    table, info = make_split(recs, scheme, networks=nets, op_classes=ops, **kw)
+    with dataset_lock(dataset, what="curate splits make"):
+        write_parquet_atomic(dataset / "splits" / f"{name}.parquet", table.to_arrow())
+        atomic_write_json(dataset / "splits" / f"{name}.json", info)
+        try:
+            from .catalog import build_catalog
+
+            build_catalog(dataset)
+        except ImportError:
+            pass
+    info["name"] = name
+    return info
+
+
+def read_split(dataset: Path, name: str) -> pl.DataFrame:
+    p = Path(dataset) / "splits" / f"{name}.parquet"
+    if not p.exists():
+        raise FileNotFoundError(f"{p}: no such split (make it with `curate splits make`)")
+    return pl.read_parquet(p)
+
+
+def analyze(dataset: Path, name: str, out_dir: Path) -> Path:
+    """Write ``<out_dir>/<name>.md`` (+ PNGs): sizes, leakage, label distribution, feature drift and, for
+    hardware splits, per-task Spearman correlation of the same programs measured on both machines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .features import FLAT_NAMES, featurize
+    from .labels import with_labels
+    from .prune import load_records
+    from .storage import atomic_write_text
+
+    dataset, out_dir = Path(dataset), Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    split = read_split(dataset, name)
+    info_p = dataset / "splits" / f"{name}.json"
+    info = __import__("orjson").loads(info_p.read_bytes()) if info_p.exists() else {}
+    recs = with_labels(load_records(dataset)).join(split.select("record_id", "part"), on="record_id", how="inner")
+    recs = recs.with_columns(pl.col("steps").hash(seed=7).alias("prog"))
+    lines = [f"# Split `{name}` ({info.get('scheme', '?')})", "", "```", str({k: v for k, v in info.items()
+                                                                             if k != "counts"}), "```", ""]
+    lines += ["## Records and tasks per part", "", "| part | records | tasks | valid records |", "|---|---:|---:|---:|"]
+    for r in recs.group_by("part").agg(pl.len(), pl.col("task_id").n_unique(), pl.col("is_valid").sum()).sort(
+            "part").iter_rows():
+        lines.append(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} |")
+    tr, te = recs.filter(pl.col("part") == "train"), recs.filter(pl.col("part") == "test")
+    shared_tasks = set(tr["task_id"]) & set(te["task_id"])
+    shared_progs = tr.select("task_id", "prog").join(te.select("task_id", "prog"), on=["task_id", "prog"]).height
+    lines += ["", "## Leakage", "", f"- tasks in both train and test: {len(shared_tasks)}"
+              + (" (expected for within-task and few-shot splits: records, not tasks, are split)"
+                 if info.get("scheme") in ("within-task", "hardware") else ""),
+              f"- identical schedules (same task, same steps) in both train and test: {shared_progs}", ""]
+    lines += ["## Label distribution (valid records)", "", "| part | mean | p10 | p50 | p90 |", "|---|---:|---:|---:|---:|"]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for p, g in recs.filter(pl.col("is_valid")).group_by("part", maintain_order=True):
+        lab = g["label"]
+        lines.append(f"| {p[0]} | {lab.mean():.4f} | {lab.quantile(0.1):.4f} | {lab.quantile(0.5):.4f} | "
+                     f"{lab.quantile(0.9):.4f} |")
+        ax.hist(lab.to_numpy(), bins=40, alpha=0.5, density=True, label=p[0])
+    ax.set_xlabel("label (normalised throughput)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out_dir / f"{name}_labels.png", dpi=90)
+    plt.close(fig)
+    lines += ["", f"![labels]({name}_labels.png)", ""]
+    # feature drift: standardised mean difference of the flat features
+    ftr = featurize(tr.sample(min(tr.height, 20000), seed=0))["flat"] if tr.height else None
+    fte = featurize(te.sample(min(te.height, 20000), seed=0))["flat"] if te.height else None
+    if ftr is not None and fte is not None:
+        sd = np.sqrt((ftr.var(0) + fte.var(0)) / 2)
+        smd = np.abs(ftr.mean(0) - fte.mean(0)) / np.where(sd > 0, sd, 1)
+        order = np.argsort(-smd)[:10]
+        lines += ["## Feature drift (standardised mean difference, train vs test, top 10)", "",
+                  "| feature | SMD |", "|---|---:|"]
+        lines += [f"| {FLAT_NAMES[i]} | {smd[i]:.3f} |" for i in order]
+        lines += ["", f"- mean SMD over {len(smd)} features: {smd.mean():.3f}", ""]
+    if info.get("scheme") == "hardware":
+        lines += hardware_transfer_section(recs, info, out_dir, name, plt)
+    p = out_dir / f"{name}.md"
+    atomic_write_text(p, "\n".join(lines) + "\n")
+    return p
+
+
+def hardware_transfer_section(recs: pl.DataFrame, info: dict, out_dir: Path, name: str, plt) -> list[str]:
+    """Per task, Spearman correlation between the costs of the same programs on the train and test hardware.
+
+    Programs are matched by (workload_key, steps); when two runs share few programs, the report says so."""
+    a = recs.filter(pl.col("hardware").is_in(info["train_hw"]) & pl.col("is_valid"))
+    b = recs.filter(pl.col("hardware").is_in(info["test_hw"]) & pl.col("is_valid"))
+    j = a.select("workload_key", "prog", pl.col("mean_cost").alias("ca")).group_by(["workload_key", "prog"]).agg(
+        pl.col("ca").mean()).join(
+        b.select("workload_key", "prog", pl.col("mean_cost").alias("cb")).group_by(["workload_key", "prog"]).agg(
+            pl.col("cb").mean()), on=["workload_key", "prog"])
+    per = j.group_by("workload_key").agg(
+        pl.len().alias("n"),
+        pl.corr(pl.col("ca").rank(), pl.col("cb").rank()).alias("spearman")).filter(pl.col("n") >= 5).sort(
+        "workload_key")
+    lines = ["## Ranking transfer between hardware (same programs on both machines)", "",
+             f"- tasks on both: {a['workload_key'].n_unique()} / {b['workload_key'].n_unique()}; "
+             f"programs measured on both: {j.height}; tasks with >= 5 shared programs: {per.height}"]
+    if per.height:
+        s = per["spearman"].drop_nans().drop_nulls()
+        lines += [f"- per-task Spearman: mean {s.mean():.3f}, median {s.median():.3f}, min {s.min():.3f}, "
+                  f"max {s.max():.3f}", "", "| workload | shared programs | Spearman |", "|---|---:|---:|"]
+        lines += [f"| `{w[:70]}` | {n} | {r:.3f} |" for w, n, r in per.iter_rows()]
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        ax.hist(s.to_numpy(), bins=20)
+        ax.set_xlabel("per-task Spearman correlation")
+        fig.tight_layout()
+        fig.savefig(out_dir / f"{name}_spearman.png", dpi=90)
+        plt.close(fig)
+        lines += ["", f"![spearman]({name}_spearman.png)"]
+    else:
+        lines.append("- no task has 5 or more programs measured on both machines: rankings cannot be compared "
+                     "program by program (the logs come from independent tuning runs)")
+    return lines + [""]

@@ -1,0 +1,117 @@
+"""Glue between a dataset + split and the rankers of ``model.py``: arrays in, model directories out.
+
+``train_model`` reads the split's train/valid parts, labels them (TenSet's definition, ``labels.py``), featurizes
+them (``features.py``, the one featurizer shared with the TVM verifier) and trains; ``evaluate_model`` scores a
+part with ``metrics.py``. A model directory records the feature version and a hash of the training data's
+manifest and split; loading refuses another feature version.
+"""
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from .features import FEATURE_VERSION, featurize, operator_classes
+from .labels import with_labels
+from .prune import load_records
+
+MODEL_KINDS = ["attention", "mlp", "gbdt"]
+
+
+def data_hash(dataset: Path, split: str | None) -> str:
+    h = hashlib.sha256()
+    for p in [Path(dataset) / "manifest.json"] + ([Path(dataset) / "splits" / f"{split}.parquet"] if split else []):
+        if p.exists():
+            h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def labelled_split(dataset: Path, split: str) -> pl.DataFrame:
+    """Records joined to their split part, labelled; invalid records dropped (TenSet trains on valid ones)."""
+    from .splits import read_split
+
+    recs = with_labels(load_records(dataset))
+    sp = read_split(dataset, split).select("record_id", "part")
+    df = recs.join(sp, on="record_id", how="inner")
+    ops = operator_classes(df)
+    return df.join(ops.select("task_id", "op_class"), on="task_id", how="left").filter(pl.col("is_valid"))
+
+
+def arrays(df: pl.DataFrame) -> dict:
+    """The model inputs for a frame of labelled records (one task id per (hardware, task))."""
+    d = featurize(df)
+    gid = df.select(pl.concat_str(["hardware", "task_id"], separator="/").alias("g"))["g"]
+    d["task_ids"] = gid.rank("dense").to_numpy().astype(np.int64)
+    d["labels"] = df["label"].to_numpy().astype(np.float32)
+    d["groups"] = {"op_class": df["op_class"].to_numpy().astype(str), "hardware": df["hardware"].to_numpy().astype(str)}
+    return d
+
+
+def make_model(kind: str, seed: int = 0, epochs: int = 10, device: str = "cpu", progress: bool = False,
+               feature_version: str = FEATURE_VERSION, data_manifest_hash: str | None = None, **hp):
+    from . import model as M
+
+    if kind == "attention":
+        return M.AttentionRanker(seed=seed, epochs=epochs, device=device, progress=progress,
+                                 feature_version=feature_version, data_manifest_hash=data_manifest_hash, **hp)
+    if kind == "mlp":
+        return M.MLPRanker(seed=seed, epochs=epochs, device=device, progress=progress,
+                           feature_version=feature_version, data_manifest_hash=data_manifest_hash, **hp)
+    if kind == "gbdt":
+        return M.GBDTRanker(seed=seed, progress=progress, feature_version=feature_version,
+                            data_manifest_hash=data_manifest_hash, **hp)
+    raise ValueError(f"unknown model {kind!r}; choose from {', '.join(MODEL_KINDS)}")
+
+
+def _part(d: dict, mask: np.ndarray) -> dict:
+    out = {k: v[mask] for k, v in d.items() if isinstance(v, np.ndarray)}
+    out["groups"] = {k: v[mask] for k, v in d["groups"].items()}
+    return out
+
+
+def fit_on_frame(df: pl.DataFrame, kind: str, seed: int = 0, epochs: int = 10, device: str = "cpu",
+                 progress: bool = False, data_manifest_hash: str | None = None, **hp):
+    """Train a ranker on the train part of a labelled frame (valid part for early stopping)."""
+    d = arrays(df)
+    part = df["part"].to_numpy()
+    m = make_model(kind, seed, epochs, device, progress, data_manifest_hash=data_manifest_hash, **hp)
+    valid = _part(d, part == "valid") if (part == "valid").any() else None
+    m.fit(_part(d, part == "train"), valid)
+    return m, d
+
+
+def train_model(dataset: Path, split: str, kind: str, out: Path, epochs: int = 10, device: str = "cpu",
+                seed: int = 0, progress: bool = True, **hp) -> dict:
+    t0 = time.perf_counter()
+    df = labelled_split(dataset, split)
+    m, d = fit_on_frame(df, kind, seed, epochs, device, progress, data_hash(dataset, split), **hp)
+    m.save(out)
+    part = df["part"].to_numpy()
+    res = {"model": kind, "out": str(out), "train_records": int((part == "train").sum()),
+           "seconds": round(time.perf_counter() - t0, 2)}
+    if (part == "valid").any():
+        v = _part(d, part == "valid")
+        res["valid"] = _headline(m.evaluate(v))
+    return res
+
+
+def _headline(r: dict) -> dict:
+    return {k: round(float(r[k]), 4) for k in ("pca", "top1", "top5") if k in r}
+
+
+def evaluate_model(model_dir: Path, dataset: Path, split: str, part: str = "test") -> dict:
+    """TenSet metrics of a saved model on one part of a split: overall, per operator class, per hardware."""
+    from .metrics import evaluate_predictions
+    from .model import load_model
+
+    m = load_model(model_dir, expected_feature_version=FEATURE_VERSION)
+    df = labelled_split(dataset, split)
+    df = df.filter(pl.col("part") == part)
+    if df.height == 0:
+        raise ValueError(f"split {split} has no valid records in part {part!r}")
+    d = arrays(df)
+    preds = m.predict(d)
+    return evaluate_predictions(d["task_ids"], d["labels"], preds, groups=d["groups"])
