@@ -62,6 +62,7 @@ import math
 import os
 import re
 import uuid
+import warnings
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from decimal import Decimal
@@ -175,7 +176,7 @@ def _has_parquet(directory: Path, pattern: str) -> bool:
 @dataclass(frozen=True)
 class _View:
     name: str
-    sql: str  # the SELECT body; ``{root}`` is replaced by '' (relative) or the absolute dataset dir + '/'
+    sql: str  # the SELECT body; ``{path:rel}`` becomes a literal of ``rel`` (catalog) or ``DATASET/rel`` (locked)
     source: str  # what it reads, for catalog_info / messages
 
 
@@ -186,6 +187,9 @@ def _parquet_view(name: str, rel_glob: str, root: Path, exists: bool, empty: pa.
     return _View(name, f"SELECT * FROM read_parquet({{path:{rel_glob}}}, union_by_name = true{extra})", rel_glob)
 
 
+_UNSAFE_NAME = re.compile(r"[{}\[\]*?'\"\\]")
+
+
 def _table_sources(root: Path, sub: str) -> list[tuple[str, str]]:
     """(stem, relative glob) for ``sub/<name>.parquet`` files and ``sub/<name>/`` directories of parquet."""
     base = root / sub
@@ -193,7 +197,10 @@ def _table_sources(root: Path, sub: str) -> list[tuple[str, str]]:
     if not base.is_dir():
         return out
     for p in sorted(base.iterdir()):
-        if p.name.startswith("."):
+        if p.name.startswith(".") or ".tmp-" in p.name:
+            continue
+        if _UNSAFE_NAME.search(p.name):
+            warnings.warn(f"catalog: skipping {p} (glob or quote characters in its name)", stacklevel=3)
             continue
         if p.is_file() and p.suffix == ".parquet":
             out.append((p.stem, f"{sub}/{p.name}"))
@@ -267,7 +274,7 @@ def _view_definitions(root: Path, built_at: str | None = None) -> list[_View]:
         if base in taken:
             base += "_table"
         name = _unique(base, taken)
-        views.append(_parquet_view(name, rel, root, True, SPLIT_EMPTY_SCHEMA))
+        views.append(_parquet_view(name, rel, root, True, pa.schema([])))
 
     info = [(v.name, v.source) for v in views]
     info_rows = ", ".join(f"({_sql_str(n)}, {_sql_str(s)})" for n, s in info)
@@ -346,7 +353,11 @@ def _catalog_path(root: Path) -> Path:
 
 
 def connect(dataset_dir: str | os.PathLike, read_only: bool = True) -> duckdb.DuckDBPyConnection:
-    """A TRUSTED connection to the catalog (file_search_path set, no restrictions) for pipeline code."""
+    """A TRUSTED connection to the catalog (file_search_path set, no restrictions) for pipeline code.
+
+    DuckDB's Python API shares one database instance per file per process while any connection to it
+    is open, so close connections before ``build_catalog`` replaces the file if you want to see new views.
+    """
     root = _root(dataset_dir)
     return duckdb.connect(
         str(_catalog_path(root)), read_only=read_only, config={"file_search_path": str(root)}
@@ -412,13 +423,19 @@ def connect_readonly(dataset_dir: str | os.PathLike) -> duckdb.DuckDBPyConnectio
         con.execute("SET enable_external_access = false")
         # Shadow the catalog's relative-path views with absolute-path TEMP views (see module doc).
         prefix = str(root) + "/"
+        failed: dict[str, str] = {}
         for v in _view_definitions(root):
+            if v.name == "catalog_info":  # reads no file: the catalog's own view (with its build time) serves
+                continue
             try:
                 con.execute(f"CREATE OR REPLACE TEMP VIEW {_ident(v.name)} AS {_render(v.sql, prefix)}")
             except duckdb.Error as exc:
                 # e.g. a shard that is a symlink leaving the dataset (DuckDB refuses it): keep the
                 # connection usable, and make this one view fail with the reason when it is queried.
-                msg = f"view {v.name} is unavailable: {str(exc).splitlines()[0]}"
+                deps = [f for f in failed if re.search(rf"\bFROM\s+{f}\b", v.sql)]
+                why = f"it reads view {deps[0]}: {failed[deps[0]]}" if deps else str(exc).splitlines()[0]
+                failed[v.name] = why
+                msg = f"view {v.name} is unavailable: {why}"
                 con.execute(
                     f"CREATE OR REPLACE TEMP VIEW {_ident(v.name)} AS "
                     f"SELECT * FROM range(1) WHERE error({_sql_str(msg)}) IS NULL"

@@ -227,11 +227,12 @@ def select(df: pl.DataFrame, ratio: float, method: str = "hybrid", seed: int = 0
     imp = None
     if method in ("importance", "hybrid"):
         imp = importance_scores(feats, labels, groups, valid, seed)
-    bounds = np.flatnonzero(np.diff(groups, prepend=-1, append=groups.max() + 1))
+    by_group = np.argsort(groups, kind="stable")  # rows need not be sorted by group
+    bounds = np.flatnonzero(np.diff(groups[by_group], prepend=-1, append=groups.max() + 1))
     for gi in range(len(bounds) - 1):
         lo, hi = bounds[gi], bounds[gi + 1]
-        idx = np.arange(lo, hi)
-        k = int(alloc[groups[lo]]) - int(keep[idx].sum())
+        idx = by_group[lo:hi]
+        k = int(alloc[groups[idx[0]]]) - int(keep[idx].sum())
         cand = idx[alive[idx] & ~keep[idx]]
         if method == "hybrid":
             cand_valid = cand[valid[cand]]

@@ -1,0 +1,111 @@
+"""Does pruning keep what a cost model learns? Train one fixed proxy ranker on full and on pruned training data.
+
+The held-out test part of a within-task split (TenSet's scheme, seeded) is fixed first; only the training part is
+pruned (so the pruning never sees test labels), by the requested method and by random pruning at the same ratio
+(the control). The same proxy (LightGBM lambdarank over the flat features, fixed hyper-parameters) is trained on
+each and scored with TenSet's metrics on the same test records.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from .features import featurize, operator_classes
+from .labels import with_labels
+from .metrics import evaluate_predictions
+from .prune import load_records, select
+from .splits import make_split
+
+PROXY = dict(n_estimators=300, learning_rate=0.05, num_leaves=31, early_stopping_rounds=50, eval_every=10,
+             num_threads=2)
+
+
+def _proxy_fit_eval(train: pl.DataFrame, test: pl.DataFrame, ftr: dict, fte: dict, seed: int) -> dict:
+    from .model import GBDTRanker
+    from .training import _part
+
+    def arr(df, f):
+        gid = df.select(pl.concat_str(["hardware", "task_id"], separator="/").alias("g"))["g"]
+        return {"flat": f["flat"], "task_ids": gid.rank("dense").to_numpy().astype(np.int64),
+                "labels": df["label"].to_numpy().astype(np.float32)}
+
+    tr = arr(train, ftr)
+    m = GBDTRanker(seed=seed, progress=False, **PROXY)
+    m.fit(tr, None)
+    te = arr(test, fte)
+    r = evaluate_predictions(te["task_ids"], te["labels"], m.predict(te))
+    return {k: round(float(r[k]), 4) for k in ("pca", "top1", "top5")}
+
+
+def prepare(dataset: Path, seed: int = 0) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(train+valid frame, test frame) of a within-task split; labels relative to the full data."""
+    recs = with_labels(load_records(dataset))
+    sp, _ = make_split(recs, "within-task", seed=seed, valid_fraction=0.0)
+    df = recs.join(sp.select("record_id", "part"), on="record_id")
+    return df.filter(pl.col("part") != "test"), df.filter((pl.col("part") == "test") & pl.col("is_valid"))
+
+
+def evaluate_methods(dataset: Path, ratios: list[float], methods: list[str], seeds: list[int],
+                     min_keep: int = 8) -> list[dict]:
+    """Rows of {method, ratio, seed, pca, top1, top5, kept, seconds}; method 'full' at ratio 0 is the baseline."""
+    rows = []
+    for seed in seeds:
+        train, test = prepare(dataset, seed)
+        ftrain = featurize(train)
+        ftest = featurize(test)
+        valid_tr = train["is_valid"].to_numpy()
+        base = _proxy_fit_eval(train.filter(pl.Series(valid_tr)), test,
+                               {k: v[valid_tr] for k, v in ftrain.items()}, ftest, seed)
+        rows.append({"method": "full", "ratio": 0.0, "seed": seed, **base, "kept": int(valid_tr.sum()), "seconds": 0})
+        for ratio in ratios:
+            for method in methods:
+                t0 = time.perf_counter()
+                keep, _ = select(train, ratio, method, seed, min_keep, feats=ftrain)
+                secs = time.perf_counter() - t0
+                m = keep & valid_tr
+                sub = train.filter(pl.Series(m))
+                res = _proxy_fit_eval(sub, test, {k: v[m] for k, v in ftrain.items()}, ftest, seed)
+                rows.append({"method": method, "ratio": ratio, "seed": seed, **res, "kept": int(keep.sum()),
+                             "seconds": round(secs, 2)})
+    return rows
+
+
+def evaluate_pruning(dataset: Path, pruned: Path | None, ratio: float, method: str = "hybrid", seed: int = 0) -> dict:
+    """What ``curate prune --evaluate`` prints: full vs method vs random at one ratio, one seed."""
+    rows = evaluate_methods(dataset, [ratio], [method, "random"], [seed])
+    return {r["method"]: {k: r[k] for k in ("pca", "top1", "top5", "kept")} for r in rows}
+
+
+def summarize(rows: list[dict]) -> pl.DataFrame:
+    return (pl.DataFrame(rows).group_by("method", "ratio").agg(
+        pl.col("pca").mean().alias("pca"), pl.col("pca").std().alias("pca_sd"), pl.col("top1").mean().alias("top1"),
+        pl.col("top1").std().alias("top1_sd"), pl.col("top5").mean().alias("top5"), pl.len().alias("seeds"))
+        .sort("ratio", "method"))
+
+
+def plot_curves(rows: list[dict], out_png: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    s = summarize(rows)
+    full = s.filter(pl.col("method") == "full")
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for ax, metric in zip(axes, ("pca", "top1")):
+        for (m,), g in s.filter(pl.col("method") != "full").group_by("method", maintain_order=True):
+            g = g.sort("ratio")
+            ax.errorbar(g["ratio"].to_numpy(), g[metric].to_numpy(), yerr=g[f"{metric}_sd"].fill_null(0).to_numpy(),
+                        label=m, marker="o", capsize=3)
+        if full.height:
+            ax.axhline(full[metric][0], color="k", ls="--", label="full data")
+        ax.set_xlabel("ratio removed")
+        ax.set_ylabel(metric)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    Path(out_png).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out_png, dpi=90)
+    plt.close(fig)
