@@ -11,7 +11,7 @@ from typing import List, Optional
 import orjson
 import typer
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__.splitlines()[0])
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, help=__doc__.splitlines()[0])
 splits_app = typer.Typer(no_args_is_help=True, help="Make and analyse train/valid/test splits.")
 report_app = typer.Typer(no_args_is_help=True, help="Generate reports.")
 app.add_typer(splits_app, name="splits")

@@ -100,7 +100,10 @@ def discover(inputs: list[Path]) -> list[Unit]:
             prefix = inp.resolve().name if str(rel) == "." else f"{inp.resolve().name}/{rel.as_posix()}"
             names = set(filenames)
             if any(n.startswith("database_tuning_record.json") for n in names):
+                # a MetaSchedule database folder: its other files (hardware.json, workloads.json, logs/) are
+                # side files of the collector, not tuning logs
                 _add_ms_dir(units, d, prefix, inp)
+                continue
             for n in sorted(filenames):
                 p = d / n
                 if n.startswith(("database_tuning_record.json", "database_workload.json")) or n.startswith("."):

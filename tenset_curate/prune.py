@@ -39,7 +39,8 @@ def load_records(dataset: Path, columns: list[str] | None = None) -> pl.DataFram
     if not files:
         raise FileNotFoundError(f"{dataset}: no record shards under records/ (run curate convert first)")
     df = pl.concat([pl.read_parquet(f, columns=columns) for f in files], how="vertical")
-    return df.sort(["hardware", "task_id", "record_id"])
+    keys = [k for k in ("hardware", "task_id", "record_id") if k in df.columns]
+    return df.sort(keys)
 
 
 def _group_index(df: pl.DataFrame) -> np.ndarray:

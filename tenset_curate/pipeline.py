@@ -1,0 +1,298 @@
+"""Declarative pipelines: ``curate run pipelines/NAME.toml``.
+
+A pipeline file names a work directory and, in order, the steps it runs, each a TOML table of parameters::
+
+    [pipeline]
+    name = "quickstart"
+    workdir = "runs/quickstart"          # relative to the current directory; no '..', no absolute paths
+    steps = ["convert", "splits", "prune", "train", "evaluate", "report"]
+
+    [convert]
+    inputs = ["data/sample-cpu"]         # input paths may be anywhere (they are read, never written)
+    ...
+
+Each step's output lives in ``workdir/<step>/`` and is keyed by the hash of its parameters, the keys of the steps
+before it and the code version (a hash of the package's source). A step whose key matches ``workdir/state.json``
+and whose outputs exist is skipped and says so; a killed run resumes at the first unfinished step, and ``convert``
+resumes inside the step from its finished shards. Step outputs are written atomically and deterministically, so an
+interrupted-then-resumed run ends byte-identical to an uninterrupted one. Every run writes ``summary.json`` and
+``summary.md`` (time, rows in/out and peak memory per step).
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import resource
+import shutil
+import time
+import tomllib
+from pathlib import Path
+
+import orjson
+
+from .storage import OutputError, atomic_write_json, atomic_write_text, dataset_lock, safe_join
+
+STEPS = ["convert", "splits", "prune", "train", "evaluate", "report"]
+
+
+class PipelineError(ValueError):
+    pass
+
+
+def code_version() -> str:
+    h = hashlib.sha256()
+    for p in sorted(Path(__file__).parent.glob("*.py")):
+        h.update(p.name.encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _coerce(v: str):
+    try:
+        return tomllib.loads(f"x = {v}")["x"]
+    except tomllib.TOMLDecodeError:
+        return v
+
+
+def load_pipeline(path: Path, overrides: list[str] | None = None) -> dict:
+    path = Path(path)
+    try:
+        cfg = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise PipelineError(f"{path}: no such pipeline file") from None
+    except tomllib.TOMLDecodeError as e:
+        raise PipelineError(f"{path}: invalid TOML: {e}") from None
+    for o in overrides or []:
+        key, sep, val = o.partition("=")
+        if not sep or "." not in key:
+            raise PipelineError(f"--set {o!r}: expected step.param=value")
+        step, param = key.split(".", 1)
+        cfg.setdefault(step, {})[param] = _coerce(val)
+    p = cfg.get("pipeline", {})
+    if "workdir" not in p:
+        raise PipelineError(f"{path}: [pipeline] needs workdir")
+    steps = p.get("steps", STEPS)
+    bad = [s for s in steps if s not in STEPS]
+    if bad:
+        raise PipelineError(f"{path}: unknown step(s) {bad}; steps are {STEPS}")
+    cfg["pipeline"]["steps"] = steps
+    return cfg
+
+
+def _peak_rss_mb() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    c = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return round(max(r, c) / 1024, 1)
+
+
+def run(pipeline: Path, overrides: list[str] | None = None, executor: str = "local", workers: int = 1,
+        from_step: str | None = None, dry_run: bool = False, log=None, cwd: Path | None = None) -> dict:
+    """Run (or resume) a pipeline. Returns the run summary."""
+    log = log or (lambda m: None)
+    if executor == "ray":
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            raise PipelineError("the ray executor needs Ray: pip install 'tenset-curate[ray]'") from None
+        raise PipelineError("the ray executor is not implemented yet; use --executor local")
+    if executor != "local":
+        raise PipelineError(f"unknown executor {executor!r} (local | ray)")
+    cfg = load_pipeline(pipeline, overrides)
+    base = Path(cwd or Path.cwd())
+    try:
+        workdir = safe_join(base, cfg["pipeline"]["workdir"])
+    except OutputError as e:
+        raise PipelineError(str(e)) from None
+    steps = cfg["pipeline"]["steps"]
+    if from_step and from_step not in steps:
+        raise PipelineError(f"--from {from_step}: not a step of this pipeline ({steps})")
+    cv = code_version()
+    results = []
+    with dataset_lock(workdir, what=f"curate run {pipeline}"):
+        state_p = workdir / "state.json"
+        state = orjson.loads(state_p.read_bytes()) if state_p.exists() else {}
+        prev_key = ""
+        redo = False
+        for step in steps:
+            params = copy.deepcopy(cfg.get(step, {}))
+            if step == "convert":  # the inputs' state is part of the key (convert itself is incremental)
+                params["_inputs"] = _fingerprint(_resolve_inputs(params.get("inputs", []), base))
+            key = hashlib.sha256(orjson.dumps([step, params, prev_key, cv], option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
+            prev_key = key
+            out = workdir / step
+            redo = redo or (from_step == step)
+            done = state.get(step, {}).get("key") == key and out.exists() and not redo
+            if done:
+                log(f"{step}: unchanged (key {key}), skipped")
+                results.append({"step": step, "status": "skipped", "key": key, "seconds": 0.0,
+                                "summary": state[step].get("summary", "")})
+                continue
+            if dry_run:
+                results.append({"step": step, "status": "would run", "key": key})
+                continue
+            redo = True  # everything after a re-run step runs again too
+            log(f"{step}: running (key {key})")
+            t0 = time.perf_counter()
+            try:
+                info = STEP_FUNCS[step](params, workdir, base, workers, log)
+            except (ValueError, FileNotFoundError, OutputError) as e:
+                raise PipelineError(f"step {step} failed: {e}") from e
+            secs = round(time.perf_counter() - t0, 2)
+            state[step] = {"key": key, "summary": info.get("summary", "")}
+            atomic_write_json(state_p, state)
+            results.append({"step": step, "status": "ran", "key": key, "seconds": secs, "peak_rss_mb": _peak_rss_mb(),
+                            **{k: v for k, v in info.items() if k in ("rows_in", "rows_out", "summary")}})
+        summary = {"pipeline": str(pipeline), "workdir": str(workdir), "code_version": cv, "steps": results}
+        if not dry_run:
+            atomic_write_json(workdir / "summary.json", summary)
+            md = ["| step | status | seconds | rows in | rows out | peak RSS MB | summary |",
+                  "|---|---|---:|---:|---:|---:|---|"]
+            md += [f"| {r['step']} | {r['status']} | {r.get('seconds', 0)} | {r.get('rows_in', '')} | "
+                   f"{r.get('rows_out', '')} | {r.get('peak_rss_mb', '')} | {r.get('summary', '')} |" for r in results]
+            atomic_write_text(workdir / "summary.md", f"# Run of {pipeline}\n\n" + "\n".join(md) + "\n")
+            summary["summary_path"] = str(workdir / "summary.md")
+    return summary
+
+
+def _fingerprint(paths: list[Path]) -> str:
+    h = hashlib.sha256()
+    for root in paths:
+        files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+        for f in files:
+            st = f.stat()
+            h.update(f"{f}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def _resolve_inputs(paths: list[str], base: Path) -> list[Path]:
+    out = []
+    for p in paths:
+        q = Path(p)
+        out.append(q if q.is_absolute() else base / q)
+    return out
+
+
+def _fresh(d: Path) -> Path:
+    if d.exists():
+        shutil.rmtree(d)
+    return d
+
+
+def step_convert(p: dict, workdir: Path, base: Path, workers: int, log) -> dict:
+    from .convert import convert
+
+    p = {k: v for k, v in p.items() if k != "_inputs"}
+    if not p.get("inputs"):
+        raise ValueError("[convert] needs inputs")
+    s = convert(_resolve_inputs(p["inputs"], base), workdir / "convert", hardware=p.get("hardware"),
+                workers=int(p.get("workers", workers)), log=log)
+    t = s["totals"]
+    if not t["balanced"] or s["inputs_failed"]:
+        raise ValueError(f"convert: unbalanced counts or failed inputs: {s['errors']}")
+    return {"rows_in": t["lines"], "rows_out": t["rows"],
+            "summary": f"{t['rows']} rows, {t['quarantined']} quarantined, {s['inputs']} inputs"}
+
+
+def step_splits(p: dict, workdir: Path, base: Path, workers: int, log) -> dict:
+    from .splits import write_split
+
+    ds = workdir / "convert"
+    made = []
+    for sp in p.get("split", [{"name": "within_task", "scheme": "within-task"}]):
+        sp = dict(sp)
+        name, scheme = sp.pop("name"), sp.pop("scheme")
+        info = write_split(ds, name, scheme, **sp)
+        made.append(f"{name}: " + "/".join(f"{k} {v}" for k, v in info["counts"].items()))
+    (workdir / "splits").mkdir(parents=True, exist_ok=True)
+    atomic_write_text(workdir / "splits" / "done.txt", "\n".join(made) + "\n")
+    return {"summary": "; ".join(made)}
+
+
+def step_prune(p: dict, workdir: Path, base: Path, workers: int, log) -> dict:
+    from .prune import prune
+
+    s = prune(workdir / "convert", _fresh(workdir / "prune"), float(p.get("ratio", 0.45)), p.get("method", "hybrid"),
+              int(p.get("seed", 0)), int(p.get("min_keep", 8)))
+    return {"rows_in": s["records_before"], "rows_out": s["records_after"],
+            "summary": f"{s['method']} removed {s['ratio_achieved']:.2%}"}
+
+
+def _train_frames(workdir: Path, split: str, pruned: bool):
+    """Training frame: the split of the full dataset; for 'pruned' the train/valid parts keep only records the
+    prune step kept (the test part is the same either way)."""
+    import polars as pl
+
+    from .training import labelled_split
+
+    df = labelled_split(workdir / "convert", split)
+    if pruned:
+        from .prune import load_records
+
+        kept = set(load_records(workdir / "prune", ["record_id"])["record_id"].to_list())
+        df = df.filter((pl.col("part") == "test") | pl.col("record_id").is_in(list(kept)))
+    return df
+
+
+def step_train(p: dict, workdir: Path, base: Path, workers: int, log) -> dict:
+    from .training import data_hash, fit_on_frame
+
+    out = _fresh(workdir / "train")
+    split = p.get("split", "within_task")
+    trained = []
+    for data in p.get("data", ["full"]):
+        df = _train_frames(workdir, split, data == "pruned")
+        for kind in p.get("models", ["gbdt", "attention"]):
+            hp = dict(p.get(kind, {}))
+            m, _ = fit_on_frame(df, kind, seed=int(p.get("seed", 0)), epochs=int(p.get("epochs", 5)),
+                                data_manifest_hash=data_hash(workdir / "convert", split), **hp)
+            m.save(out / f"{kind}-{data}")
+            trained.append(f"{kind}-{data}")
+    return {"summary": ", ".join(trained)}
+
+
+def step_evaluate(p: dict, workdir: Path, base: Path, workers: int, log) -> dict:
+    import polars as pl
+
+    from .features import FEATURE_VERSION
+    from .metrics import evaluate_predictions
+    from .model import load_model
+    from .training import arrays
+
+    split = p.get("split", "within_task")
+    df = _train_frames(workdir, split, False).filter(pl.col("part") == "test")
+    d = arrays(df)
+    res = {}
+    for mdir in sorted((workdir / "train").iterdir()):
+        m = load_model(mdir, expected_feature_version=FEATURE_VERSION)
+        r = evaluate_predictions(d["task_ids"], d["labels"], m.predict(d), groups=d["groups"])
+        res[mdir.name] = {k: r[k] for k in ("pca", "top1", "top5", "n_tasks", "n_records")}
+    from .metrics import random_topk_expectation
+
+    res["random"] = {"pca": 0.5, "top1": random_topk_expectation(d["task_ids"], d["labels"], 1),
+                     "top5": random_topk_expectation(d["task_ids"], d["labels"], 5)}
+    (workdir / "evaluate").mkdir(parents=True, exist_ok=True)
+    atomic_write_json(workdir / "evaluate" / "metrics.json", res)
+    return {"summary": "; ".join(f"{k} PCA {v['pca']:.3f}" for k, v in res.items())}
+
+
+def step_report(p: dict, workdir: Path, base: Path, workers: int, log) -> dict:
+    res = orjson.loads((workdir / "evaluate" / "metrics.json").read_bytes())
+    prune_info = orjson.loads((workdir / "prune" / "prune.json").read_bytes()) if (workdir / "prune").exists() else {}
+    lines = [f"# {p.get('title', 'Pipeline report')}", "",
+             f"Reproduce: `{p.get('command', 'curate run ' + str(workdir))}`", "",
+             "| model | PCA | top-1 | top-5 |", "|---|---:|---:|---:|"]
+    for k, v in res.items():
+        lines.append(f"| {k} | {v['pca']:.4f} | {v['top1']:.4f} | {v['top5']:.4f} |")
+    if prune_info:
+        lines += ["", f"Pruning: {prune_info['method']}, {prune_info['records_before']} -> "
+                      f"{prune_info['records_after']} records (removed {prune_info['ratio_achieved']:.2%})."]
+    text = "\n".join(lines) + "\n"
+    atomic_write_text(workdir / "report" / "report.md", text) if (workdir / "report").mkdir(
+        parents=True, exist_ok=True) is None else None
+    if p.get("out"):
+        atomic_write_text(safe_join(base, p["out"]), text)
+    return {"summary": f"wrote {p.get('out') or workdir / 'report' / 'report.md'}"}
+
+
+STEP_FUNCS = {"convert": step_convert, "splits": step_splits, "prune": step_prune, "train": step_train,
+              "evaluate": step_evaluate, "report": step_report}
