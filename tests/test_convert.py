@@ -1,0 +1,239 @@
+"""curate convert on the real logs of ../shared/realdata: counts, fidelity, failures, incremental re-runs."""
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+
+import orjson
+import polars as pl
+import pytest
+
+from tenset_curate.convert import convert
+from tenset_curate.readers import parse_target, parse_workload_key
+
+REAL = Path(__file__).resolve().parents[2] / "shared" / "realdata"
+pytestmark = pytest.mark.skipif(not REAL.exists(), reason="../shared/realdata not present")
+
+
+def manifest_rows():
+    with open(REAL / "MANIFEST.tsv") as fh:
+        return {r["file"]: r for r in csv.DictReader(fh, delimiter="\t")}
+
+
+@pytest.fixture(scope="module")
+def real_ds(tmp_path_factory):
+    out = tmp_path_factory.mktemp("real") / "ds"
+    inputs = [REAL / "ansor" / d for d in sorted(os.listdir(REAL / "ansor"))]
+    inputs += [REAL / "metaschedule" / d for d in sorted(os.listdir(REAL / "metaschedule"))]
+    inputs += [REAL / "network_info"]
+    summary = convert(inputs, out, workers=2)
+    return out, summary
+
+
+def test_every_real_file_converts_and_balances(real_ds):
+    out, s = real_ds
+    assert s["inputs_failed"] == 0, s["errors"]
+    assert s["totals"]["balanced"]
+    m = orjson.loads((out / "manifest.json").read_bytes())
+    man = manifest_rows()
+    seen = 0
+    for label, e in m["inputs"].items():
+        if e["format"] == "netinfo":
+            assert e["network_rows"] > 0
+            continue
+        assert e["rows"] + e["quarantined"] + e["comments"] == e["lines"], label
+        path = Path(e["files"][-1]["path"])  # MetaSchedule: [workload file, record file]
+        key = path.relative_to(REAL.resolve()).as_posix()
+        assert key in man, key
+        assert e["files"][-1]["sha256"] == man[key]["sha256_uncompressed"] or path.suffix == ".gz"
+        expected = int(man[key]["records_or_lines"])
+        assert e["rows"] == expected, (label, e, expected)  # MANIFEST.tsv counts records
+        seen += 1
+    assert seen == len([k for k in man if k.startswith("ansor/")]) + 2  # + two MetaSchedule databases
+    n_ansor = sum(int(r["records_or_lines"]) for k, r in man.items() if k.startswith("ansor/"))
+    rows = pl.scan_parquet(str(out / "records/*/*.parquet")).filter(pl.col("format") == "ansor").select(
+        pl.len()).collect().item()
+    assert rows == n_ansor
+
+
+def test_spot_check_rows_against_raw_json(real_ds):
+    out, _ = real_ds
+    recs = pl.read_parquet(str(out / "records/*/*.parquet")).filter(pl.col("format") == "ansor")
+    rng = random.Random(0)
+    sample = recs.sample(200, seed=1).to_dicts()
+    by_file: dict = {}
+    for r in sample:
+        by_file.setdefault(r["source_file"], []).append(r)
+    for src, rows in by_file.items():
+        candidates = list(REAL.glob("ansor/" + src.replace("[", "?").replace("]", "?")))
+        assert len(candidates) == 1, src
+        lines = gzip.open(candidates[0]).read().split(b"\n")
+        for r in rows:
+            raw = orjson.loads(lines[r["line"] - 1])
+            assert r["costs"] == [float(c) for c in raw["r"][0]]
+            assert r["error_no"] == raw["r"][1]
+            assert r["workload_key"] == raw["i"][0][0]
+            assert r["target"] == raw["i"][0][1]
+            steps = raw["i"][1][1]
+            assert r["n_steps"] == len(steps)
+            for typed, st in zip(r["steps"], steps):
+                assert typed["kind"] == st[0]
+                assert typed["ints"] == [a for a in st[1:] if type(a) is int]
+                assert typed["lists"] == [a for a in st[1:] if type(a) is list]
+                assert typed["strs"] == [a for a in st[1:] if type(a) is str]
+    assert rng  # sampled deterministically
+
+
+def test_failed_measurements_never_get_a_finite_cost(real_ds):
+    out, _ = real_ds
+    recs = pl.read_parquet(str(out / "records/*/*.parquet"), columns=["error_no", "mean_cost", "is_valid", "costs",
+                                                                      "format", "error_name"])
+    failed = recs.filter(~pl.col("is_valid"))
+    assert failed.height > 1000  # the logs hold thousands (error_no 2, 4, 6; MetaSchedule 1e10)
+    assert failed["mean_cost"].null_count() == failed.height
+    assert set(failed.filter(pl.col("format") == "ansor")["error_no"].unique()) >= {2, 4, 6}
+    ok = recs.filter(pl.col("is_valid"))
+    assert (ok["error_no"] == 0).all()
+    assert ok["mean_cost"].is_finite().all() and (ok["mean_cost"] > 0).all() and (ok["mean_cost"] < 1e9).all()
+    ms = recs.filter(pl.col("format") == "metaschedule")
+    assert (~ms["is_valid"]).sum() == 4639  # README: bennu-a100-resnet34 has 4,639 failed trials
+
+
+def test_versions_workload_styles_and_targets(real_ds):
+    out, _ = real_ds
+    recs = pl.read_parquet(str(out / "records/*/*.parquet"), columns=["log_version", "workload_key", "workload_name",
+                                                                      "workload_hash", "workload_args",
+                                                                      "target_kind", "target_arch", "hw_num_cores"])
+    assert {"v0.2", "v0.3", "v0.5", "v0.6", "ms"} <= set(recs["log_version"].unique())  # the logs hold no v0.4
+    flat = recs.filter(pl.col("workload_key").str.contains(r'^\["[0-9a-f]{32}", \d'))
+    nested = recs.filter(pl.col("workload_key").str.contains(r'^\["[0-9a-f]{32}", \['))
+    named = recs.filter(pl.col("workload_key").str.contains(r'^\["[a-z_]+'))
+    assert flat.height and nested.height and named.height
+    assert (flat["workload_name"] == flat["workload_hash"]).all()
+    assert {"cuda", "rocm", "llvm", "metal"} <= set(recs["target_kind"].unique())
+    assert "sm_80" in set(recs["target_arch"].drop_nulls())
+    assert recs.filter(pl.col("log_version") == "v0.2")["hw_num_cores"].null_count() > 0  # v0.2: no hw params
+
+
+def test_parse_target_and_key_styles():
+    t = parse_target("llvm -keys=cpu -mcpu=core-avx2 -model=platinum-8272 -num-cores=4")
+    assert t[0] == "llvm" and t[1] == ["cpu"] and t[2] == "core-avx2" and t[4] == "platinum-8272" and t[6] == 4
+    assert json.loads(t[9])["model"] == "platinum-8272"
+    d = parse_target('{"kind": "cuda", "arch": "sm_80", "keys": ["cuda", "gpu"], "thread_warp_size": 32}')
+    assert d[0] == "cuda" and d[3] == "sm_80" and d[8] == 32
+    assert parse_workload_key('["conv2d_layer", 1, 7, [1, 1], "SAME"]')[2:] == ([1.0, 7.0, 1.0, 1.0], ["SAME"])
+    with pytest.raises(ValueError):
+        parse_workload_key('{"not": "a list"}')
+
+
+def test_network_info_table(real_ds):
+    out, _ = real_ds
+    nets = pl.read_parquet(str(out / "networks/*.parquet"))
+    assert set(nets["network"]) == {"resnet_50"}
+    assert set(nets["target_kind"]) == {"llvm", "cuda"}
+    assert nets.group_by("target_kind").agg(pl.col("task_weight").sum())["task_weight"].to_list() == [56, 56]
+
+
+def test_metaschedule_keeps_ir_module(real_ds):
+    out, _ = real_ds
+    wl = pl.read_parquet(str(out / "workloads/*.parquet"))
+    assert wl.height == 20 + 23 or wl.height >= 20
+    mod = orjson.loads(wl["ir_module_json"][0])
+    assert mod["nodes"][1]["type_key"] == "IRModule"
+    names = set(wl["workload_name"])
+    assert any("conv2d" in n for n in names)
+
+
+def _copy_tree(src: Path, dst: Path, n: int) -> list[Path]:
+    dst.mkdir(parents=True)
+    files = sorted(src.rglob("*.json.gz"))[:n]
+    out = []
+    for f in files:
+        t = dst / f.name
+        shutil.copy(f, t)
+        out.append(t)
+    return out
+
+
+def test_rerun_is_idempotent_additions_and_changes_are_incremental(tmp_path):
+    logs = tmp_path / "measure_records" / "k80"
+    files = _copy_tree(REAL / "ansor" / "roller-k80" / "pooling", logs, 4)
+    out = tmp_path / "ds"
+    s1 = convert([tmp_path / "measure_records"], out)
+    assert s1["inputs_converted"] == 4 and s1["rows_per_hardware"].keys() == {"k80"}
+    assert s1["hardware_rules"] == {"measure_records": s1["totals"]["rows"]}
+    shards = {p: p.read_bytes() for p in out.rglob("*.parquet")}
+    s2 = convert([tmp_path / "measure_records"], out)
+    assert s2["nothing_to_do"] and s2["inputs_converted"] == 0
+    assert {p: p.read_bytes() for p in out.rglob("*.parquet")} == shards
+    # add a file: only it converts
+    shutil.copy(sorted((REAL / "ansor" / "roller-k80" / "pooling").glob("*.gz"))[5], logs / "new.json.gz")
+    s3 = convert([tmp_path / "measure_records"], out)
+    assert s3["inputs_converted"] == 1 and s3["inputs_unchanged"] == 4
+    for p, b in shards.items():
+        assert p.read_bytes() == b
+    # change a file: its shard is replaced, the old one removed, the rest untouched
+    data = gzip.open(files[0]).read().split(b"\n")
+    with gzip.open(files[0], "wb") as fh:
+        fh.write(b"\n".join(data[:10]) + b"\n")
+    s4 = convert([tmp_path / "measure_records"], out)
+    assert s4["inputs_converted"] == 1
+    n = pl.scan_parquet(str(out / "records/*/*.parquet")).filter(
+        pl.col("source_file").str.ends_with(files[0].name)).select(pl.len()).collect().item()
+    assert n == 10
+    assert not list(out.rglob("*.tmp-*"))
+
+
+def test_hardware_rules_model_cli_parent(tmp_path):
+    src = sorted((REAL / "ansor" / "roller-k80" / "pooling").glob("*.gz"))[0]
+    lines = gzip.open(src).read().split(b"\n")[:6]
+    recs = [orjson.loads(x) for x in lines if x]
+    recs[0]["i"][0][1] += " -model=titan-x"
+    d = tmp_path / "somefolder"
+    d.mkdir()
+    (d / "log.json").write_bytes(b"\n".join(orjson.dumps(r) for r in recs) + b"\n")
+    s = convert([d / "log.json"], tmp_path / "a")
+    assert s["hardware_rules"] == {"target-model": 1, "parent-folder": 5}
+    assert set(s["rows_per_hardware"]) == {"titan-x", "somefolder"}
+    s = convert([d / "log.json"], tmp_path / "b", hardware="k80")
+    assert s["hardware_rules"] == {"target-model": 1, "cli": 5}
+
+
+def test_malformed_lines_are_quarantined_with_file_and_line(tmp_path):
+    src = sorted((REAL / "ansor" / "roller-k80" / "pooling").glob("*.gz"))[0]
+    good = [x for x in gzip.open(src).read().split(b"\n") if x][:5]
+    bad = good[:2] + [b"# a comment", b"{not json", b'{"i": 1, "r": 2}', b""] + good[2:] + [good[0][:40]]
+    p = tmp_path / "x.json"
+    p.write_bytes(b"\n".join(bad))
+    out = tmp_path / "ds"
+    s = convert([p], out)
+    t = s["totals"]
+    assert (t["lines"], t["rows"], t["quarantined"], t["comments"]) == (10, 5, 3, 2)
+    q = pl.read_parquet(str(out / "quarantine/*.parquet")).sort("line")
+    assert q["line"].to_list() == [4, 5, 10]
+    assert q["source_file"].to_list() == ["x.json"] * 3
+    assert "invalid JSON" in q["reason"][0] and q["raw"][0] == "{not json"
+
+
+def test_cli_convert_info_sql(tmp_path):
+    from typer.testing import CliRunner
+
+    from tenset_curate.cli import app
+
+    r = CliRunner().invoke(app, ["convert", str(REAL / "ansor" / "tvm-ci-logs"), "--out", str(tmp_path / "ds"),
+                                 "--json"])
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.stdout)
+    assert s["totals"]["rows"] == 53 and s["totals"]["balanced"]
+    r = CliRunner().invoke(app, ["sql", "SELECT count(*) AS n FROM records", "-d", str(tmp_path / "ds"), "-f", "json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)[0]["n"] == s["totals"]["rows"]
+    r = CliRunner().invoke(app, ["sql", "DROP VIEW records", "-d", str(tmp_path / "ds")])
+    assert r.exit_code != 0
+    r = CliRunner().invoke(app, ["convert", str(tmp_path / "nope"), "--out", str(tmp_path / "ds2")])
+    assert r.exit_code == 2 and "nope" in r.output
