@@ -1,0 +1,125 @@
+"""Pruning invariants and split construction on real logs."""
+from __future__ import annotations
+
+import gzip
+import shutil
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pyarrow.parquet as pq
+import pytest
+
+from tenset_curate.convert import convert
+from tenset_curate.labels import with_labels
+from tenset_curate.prune import METHODS, allocate, load_records, prune, select
+from tenset_curate.schema import RECORD_SCHEMA
+from tenset_curate.splits import make_split, read_split, write_split
+
+REAL = Path(__file__).resolve().parents[2] / "shared" / "realdata"
+pytestmark = pytest.mark.skipif(not REAL.exists(), reason="../shared/realdata not present")
+
+
+@pytest.fixture(scope="module")
+def pooling(tmp_path_factory):
+    """13 real K80 pooling tasks (12,720 records) plus one file converted twice under another name."""
+    root = tmp_path_factory.mktemp("pool")
+    logs = root / "k80"
+    shutil.copytree(REAL / "ansor" / "roller-k80" / "pooling", logs)
+    first = sorted(logs.glob("*.gz"))[0]
+    lines = gzip.open(first).read().split(b"\n")[:50]
+    (logs / "again.json").write_bytes(b"\n".join(lines) + b"\n")  # 50 re-measurements of the same schedules
+    ds = root / "ds"
+    convert([logs], ds, workers=2)
+    return ds
+
+
+def test_allocate_sums_exactly_and_respects_minimums():
+    sizes = np.array([1000, 500, 3, 10, 0])
+    a = allocate(sizes, 700, 8)
+    assert a.sum() == 700 and (a <= sizes).all() and (a >= np.minimum(sizes, 8)).all()
+
+
+@pytest.mark.parametrize("method", [m for m in METHODS])
+def test_prune_invariants(pooling, method):
+    df = with_labels(load_records(pooling))
+    keep, info = select(df, 0.45, method, seed=3, min_keep=8)
+    keep2, _ = select(df, 0.45, method, seed=3, min_keep=8)
+    assert (keep == keep2).all(), "not deterministic for a seed"
+    achieved = 1 - keep.sum() / len(keep)
+    assert abs(achieved - 0.45) <= 0.01
+    kept = df.filter(pl.Series(keep))
+    # every task keeps its best valid record and at least min(8, size) records
+    best = df.filter(pl.col("is_valid")).group_by("hardware", "task_id").agg(pl.col("label").max())
+    kb = kept.filter(pl.col("is_valid")).group_by("hardware", "task_id").agg(pl.col("label").max())
+    j = best.join(kb, on=["hardware", "task_id"], suffix="_kept")
+    assert j.height == best.height and (j["label"] == j["label_kept"]).all()
+    sizes = df.group_by("task_id").len().join(kept.group_by("task_id").len(), on="task_id", suffix="_k")
+    assert (sizes["len_k"] >= sizes["len"].clip(upper_bound=8)).all()
+
+
+def test_redundancy_merges_remeasurements(pooling):
+    df = with_labels(load_records(pooling))
+    keep, info = select(df, 0.0, "redundancy", seed=0)
+    assert info["duplicates"] >= 50  # the 50 re-measured lines at least
+    assert keep.sum() == df.height - info["duplicates"]
+
+
+def test_prune_writes_same_schema_and_report(pooling, tmp_path):
+    s = prune(pooling, tmp_path / "p", 0.5, "hybrid", seed=0)
+    assert abs(s["ratio_achieved"] - 0.5) <= 0.01
+    files = sorted((tmp_path / "p" / "records").glob("*/*.parquet"))
+    assert files and all(pq.read_schema(f).equals(RECORD_SCHEMA) for f in files)
+    rep = (tmp_path / "p" / "prune_report.md").read_text()
+    assert "Kept per operator class" in rep and "Label distribution" in rep
+    again = prune(pooling, tmp_path / "p2", 0.5, "hybrid", seed=0)
+    assert again["records_after"] == s["records_after"]
+    assert [f.read_bytes() for f in files] == [f.read_bytes() for f in sorted((tmp_path / "p2" / "records").glob("*/*.parquet"))]
+
+
+def test_within_task_split_deterministic_and_per_task(pooling):
+    recs = load_records(pooling, ["record_id", "hardware", "task_id", "workload_key"])
+    a, _ = make_split(recs, "within-task", seed=1)
+    b, _ = make_split(recs.sample(fraction=1.0, shuffle=True, seed=9), "within-task", seed=1)
+    assert a.equals(b)  # independent of row order
+    per = a.group_by("task_id").agg((pl.col("part") == "test").mean().alias("f"), pl.len())
+    assert per.filter(pl.col("len") > 50)["f"].is_between(0.07, 0.13).all()
+
+
+@pytest.fixture(scope="module")
+def netdata(tmp_path_factory):
+    ds = tmp_path_factory.mktemp("net") / "ds"
+    convert([REAL / "ansor" / "tvm-ci-logs", REAL / "network_info"], ds)
+    return ds
+
+
+def test_network_split_never_puts_a_shared_task_in_both(netdata):
+    nets = pl.read_parquet(str(netdata / "networks/*.parquet"))
+    # make a second "network" that shares tasks with resnet_50, to exercise the shared-task rule
+    other = nets.head(10).with_columns(pl.lit("other_net").alias("network"))
+    allnets = pl.concat([nets, other])
+    recs = load_records(netdata, ["record_id", "hardware", "task_id", "workload_key"])
+    assert recs["workload_key"].is_in(nets["workload_key"].to_list()).sum() > 0  # logs name network tasks
+    table, info = make_split(recs, "network", holdout=["resnet_50"], networks=allnets)
+    assert info["shared_tasks_removed_from_train"] > 0
+    tr = set(table.filter(pl.col("part") != "test")["task_id"])
+    te = set(table.filter(pl.col("part") == "test")["task_id"])
+    assert te and not (tr & te)
+    test_keys = set(nets["workload_key"])
+    joined = table.join(recs, on="record_id")
+    assert joined.filter(pl.col("part") == "test")["workload_key"].is_in(list(test_keys)).all()
+
+
+def test_operator_and_hardware_splits(tmp_path):
+    ds = tmp_path / "ds"
+    convert([REAL / "ansor" / "roller-k80" / "depthwise", REAL / "ansor" / "roller-k80" / "pooling"], ds,
+            hardware=None)
+    info = write_split(ds, "no_dw", "operator", holdout=["depthwise"])
+    sp = read_split(ds, "no_dw").join(load_records(ds, ["record_id", "workload_name"]), on="record_id")
+    assert sp.filter(pl.col("part") == "test")["workload_name"].str.contains("depthwise").all()
+    assert not sp.filter(pl.col("part") != "test")["workload_name"].str.contains("depthwise").any()
+    assert info["counts"]["test"] > 0
+    from tenset_curate.catalog import run_sql
+
+    out = run_sql(ds, "SELECT part, count(*) AS n FROM split_no_dw GROUP BY part ORDER BY part", fmt="json")
+    assert '"test"' in out
