@@ -1,0 +1,124 @@
+"""Convert benchmark: the whole `curate convert` against the parse floor, in one run, on the same lines.
+
+    python benchmarks/convert.py [--logs ../shared/realdata/ansor] [--copies 10]
+
+1. Decompresses every Ansor log under --logs into a work folder (the uncompressed input, ~245 MB here).
+2. Parse floor: a bare `orjson.loads` loop over the same lines (one process).
+3. `convert` with 1 worker and with 2 workers (fresh output each), records/s and MB/s; ratios against the floor
+   and 2 workers against 1.
+4. Memory: peak RSS of a 1-worker convert subprocess on the input and on --copies copies of it (each copy a
+   distinct folder), ratio of the two.
+5. Size: Parquet bytes vs JSON bytes; time of a `curate sql` count.
+Writes reports/convert.md and reports/convert.json.
+"""
+import argparse
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+
+
+def decompress(src: Path, dst: Path) -> tuple[int, int]:
+    n_bytes = n_lines = 0
+    for f in sorted(src.rglob("*.json.gz")):
+        rel = f.relative_to(src).with_suffix("")
+        t = dst / rel
+        t.parent.mkdir(parents=True, exist_ok=True)
+        data = gzip.open(f).read()
+        t.write_bytes(data)
+        n_bytes += len(data)
+        n_lines += data.count(b"\n")
+    return n_bytes, n_lines
+
+
+def floor(root: Path) -> tuple[float, int]:
+    t0 = time.perf_counter()
+    n = 0
+    loads = orjson.loads
+    for f in sorted(root.rglob("*.json")):
+        with open(f, "rb") as fh:
+            for line in fh:
+                if line.startswith(b"#") or not line.strip():
+                    continue
+                loads(line)
+                n += 1
+    return time.perf_counter() - t0, n
+
+
+def run_convert(inputs, out: Path, workers: int) -> tuple[float, dict]:
+    from tenset_curate.convert import convert
+
+    if out.exists():
+        shutil.rmtree(out)
+    t0 = time.perf_counter()
+    s = convert(inputs, out, workers=workers)
+    return time.perf_counter() - t0, s
+
+
+def peak_rss(inputs, out: Path) -> float:
+    """Peak RSS (MB) of a 1-worker convert in a fresh process."""
+    if out.exists():
+        shutil.rmtree(out)
+    code = ("import resource,sys;from tenset_curate.convert import convert;"
+            f"convert({[str(i) for i in inputs]!r}, {str(out)!r}, workers=1);"
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return int(r.stdout.strip().splitlines()[-1]) / 1024
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--logs", default="../shared/realdata/ansor")
+    ap.add_argument("--work", default="/tmp/tc-bench-convert")
+    ap.add_argument("--copies", type=int, default=10)
+    ap.add_argument("--out", default="reports/convert.md")
+    a = ap.parse_args()
+    work = Path(a.work)
+    if work.exists():
+        shutil.rmtree(work)
+    src = work / "json" / "c0"
+    n_bytes, n_lines = decompress(Path(a.logs), src)
+    mb = n_bytes / 1e6
+    t_floor, n_rec = floor(src)
+    t1, s1 = run_convert([src], work / "out1", 1)
+    t2, s2 = run_convert([src], work / "out2", 2)
+    rows = s1["totals"]["rows"]
+    parquet = sum(p.stat().st_size for p in (work / "out1" / "records").rglob("*.parquet"))
+    from tenset_curate.catalog import run_sql
+
+    t0 = time.perf_counter()
+    run_sql(work / "out1", "SELECT count(*) FROM records")
+    t_sql = time.perf_counter() - t0
+    for i in range(1, a.copies):
+        shutil.copytree(src, work / "json" / f"c{i}")
+    rss1 = peak_rss([src], work / "m1")
+    rssn = peak_rss([work / "json" / f"c{i}" for i in range(a.copies)], work / "mn")
+    res = {
+        "input_mb": round(mb, 1), "records": n_rec, "rows": rows,
+        "floor_records_per_s": round(n_rec / t_floor), "floor_mb_per_s": round(mb / t_floor, 1),
+        "w1_records_per_s": round(rows / t1), "w1_mb_per_s": round(mb / t1, 1),
+        "w2_records_per_s": round(rows / t2), "w2_mb_per_s": round(mb / t2, 1),
+        "w1_vs_floor": round(t_floor / t1, 3), "w2_vs_w1": round(t1 / t2, 3),
+        "parquet_mb": round(parquet / 1e6, 2), "json_over_parquet": round(n_bytes / parquet, 1),
+        "sql_count_s": round(t_sql, 3),
+        "peak_rss_1x_mb": round(rss1, 1), f"peak_rss_{a.copies}x_mb": round(rssn, 1),
+        "rss_ratio": round(rssn / rss1, 3), "copies": a.copies,
+    }
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).with_suffix(".json").write_text(json.dumps(res, indent=1) + "\n")
+    lines = ["# Convert benchmark", "", f"Command: `python {' '.join(sys.argv)}` on {os.cpu_count()} cores", "",
+             "| measure | value |", "|---|---:|"] + [f"| {k} | {v} |" for k, v in res.items()]
+    lines += ["", "Goals (issue 3): w1_vs_floor >= 0.5; w2_vs_w1 >= 1.7; rss_ratio <= 1.5; json_over_parquet >= 30; "
+              "sql_count_s < 1."]
+    Path(a.out).write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
