@@ -1,0 +1,127 @@
+"""curate run: end to end on the embedded sample, skipping, resuming after SIGKILL, path safety."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tenset_curate.pipeline import PipelineError, run
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE = REPO / "data" / "sample-cpu"
+
+PIPE = """
+[pipeline]
+workdir = "runs/t"
+steps = ["convert", "splits", "prune", "train", "evaluate", "report"]
+[convert]
+inputs = ["data/sample-cpu"]
+[splits]
+split = [{ name = "within_task", scheme = "within-task", seed = 0 }]
+[prune]
+ratio = 0.45
+method = "cluster"
+[train]
+split = "within_task"
+data = ["full", "pruned"]
+models = ["gbdt"]
+[train.gbdt]
+n_estimators = 40
+num_threads = 1
+[evaluate]
+split = "within_task"
+[report]
+out = "reports/t.md"
+"""
+
+pytestmark = pytest.mark.skipif(not SAMPLE.exists(), reason="data/sample-cpu missing")
+
+
+@pytest.fixture()
+def project(tmp_path):
+    (tmp_path / "data").mkdir()
+    shutil.copytree(SAMPLE, tmp_path / "data" / "sample-cpu")
+    (tmp_path / "p.toml").write_text(PIPE)
+    return tmp_path
+
+
+def _strip_timing(obj):
+    if isinstance(obj, dict):
+        return {k: _strip_timing(v) for k, v in obj.items() if "seconds" not in k}
+    if isinstance(obj, list):
+        return [_strip_timing(v) for v in obj]
+    return obj
+
+
+def outputs(root: Path) -> dict:
+    """Every output file's bytes, except wall-clock timings (JSON keys named *seconds*, the report's time line),
+    which are expected to differ between runs. The catalog is rebuilt from the shards and the run summary holds
+    timings only."""
+    files = {}
+    for p in sorted((root / "runs" / "t").rglob("*")):
+        if not p.is_file() or p.name in ("summary.json", "summary.md", ".lock", "catalog.duckdb"):
+            continue
+        data = p.read_bytes()
+        if p.suffix == ".json":
+            data = json.dumps(_strip_timing(json.loads(data)), sort_keys=True).encode()
+        elif p.suffix == ".md":
+            data = b"\n".join(x for x in data.split(b"\n") if b" s\n" not in x + b"\n" and b"; seed" not in x)
+        files[p.relative_to(root).as_posix()] = hashlib.sha256(data).hexdigest()
+    return files
+
+
+def test_runs_end_to_end_then_skips(project):
+    s = run(project / "p.toml", cwd=project)
+    assert [r["status"] for r in s["steps"]] == ["ran"] * 6
+    report = (project / "reports" / "t.md").read_text()
+    assert "gbdt-full" in report and "gbdt-pruned" in report and "random" in report
+    s2 = run(project / "p.toml", cwd=project)
+    assert [r["status"] for r in s2["steps"]] == ["skipped"] * 6
+    s3 = run(project / "p.toml", cwd=project, overrides=["prune.ratio=0.3"])
+    assert [r["status"] for r in s3["steps"]] == ["skipped", "skipped", "ran", "ran", "ran", "ran"]
+
+
+def test_kill_and_resume_is_byte_identical(project, tmp_path):
+    run(project / "p.toml", cwd=project)  # the uninterrupted reference, in the same place (paths are recorded)
+    want = outputs(project)
+    shutil.rmtree(project / "runs")
+    shutil.rmtree(project / "reports")
+    rng = random.Random(5)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    cmd = [sys.executable, "-m", "tenset_curate.cli", "run", "p.toml"]
+    for _ in range(3):
+        p = subprocess.Popen(cmd, cwd=project, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(1.0, 8.0))
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        for f in (project / "runs").rglob("*.parquet") if (project / "runs").exists() else []:
+            assert ".tmp-" not in f.name
+    subprocess.run(cmd, cwd=project, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    assert outputs(project) == want
+
+
+def test_path_traversal_refused(project):
+    bad = project / "bad.toml"
+    bad.write_text(PIPE.replace('workdir = "runs/t"', 'workdir = "../escape"'))
+    with pytest.raises(PipelineError, match="escapes"):
+        run(bad, cwd=project)
+    bad.write_text(PIPE.replace('workdir = "runs/t"', 'workdir = "/tmp/abs"'))
+    with pytest.raises(PipelineError, match="absolute"):
+        run(bad, cwd=project)
+    bad.write_text(PIPE.replace('out = "reports/t.md"', 'out = "../../x.md"'))
+    with pytest.raises(PipelineError):
+        run(bad, cwd=project)
+
+
+def test_ray_executor_says_how_to_install(project):
+    with pytest.raises(PipelineError, match="ray"):
+        run(project / "p.toml", cwd=project, executor="ray")
