@@ -1,0 +1,101 @@
+"""``curate report pca``: the baselines and the attention model on a dataset's splits, full and pruned data.
+
+Deterministic on CPU (fixed seeds, one thread, metrics rounded to 3 decimals) so CI can regenerate the committed
+``reports/pca.md`` and fail when it no longer matches. Splits: within-task always; operator-wise (the most common
+non-trivial operator class held out) when the data has two or more classes; hardware-wise when it has two or more
+hardware names; network-wise when a networks table exists.
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import polars as pl
+
+MODELS = ["gbdt", "mlp", "attention"]
+HP = {"gbdt": {"n_estimators": 200, "num_threads": 1}, "mlp": {"num_threads": 1},
+      "attention": {"num_threads": 1}}
+
+
+def _splits(ds: Path) -> list[tuple[str, str, dict]]:
+    from .features import operator_classes
+    from .prune import load_records
+
+    recs = load_records(ds, ["record_id", "hardware", "task_id", "workload_key", "workload_name", "source_file"])
+    out = [("within_task", "within-task", {})]
+    ops = operator_classes(recs)
+    counts = recs.join(ops, on="task_id").group_by("op_class").agg(pl.col("task_id").n_unique().alias("t")).filter(
+        (pl.col("op_class") != "unknown") & (pl.col("t") >= 2)).sort(["t", "op_class"], descending=[True, False])
+    if counts.height >= 2:
+        out.append(("operator", "operator", {"holdout": [counts["op_class"][1]]}))
+    hws = sorted(recs["hardware"].unique())
+    if len(hws) >= 2:
+        out.append(("hardware", "hardware", {"train_hw": [hws[0]], "test_hw": [hws[1]]}))
+    if list((ds / "networks").glob("*.parquet")):
+        out.append(("network", "network", {}))
+    return out
+
+
+def pca_report(dataset: Path, out: Path, epochs: int = 8, ratio: float = 0.45, seed: int = 0,
+               command: str | None = None) -> Path:
+    from .metrics import evaluate_predictions, random_topk_expectation
+    from .prune import prune
+    from .splits import write_split
+    from .storage import atomic_write_text
+    from .training import arrays, data_hash, fit_on_frame, labelled_split
+
+    dataset, out = Path(dataset), Path(out)
+    work = Path(tempfile.mkdtemp(prefix="tc-pca-"))
+    try:
+        ds = work / "ds"
+        if (dataset / "manifest.json").exists() and (dataset / "records").exists():
+            shutil.copytree(dataset, ds, ignore=shutil.ignore_patterns("catalog.duckdb", ".lock"))
+        else:
+            from .convert import convert
+
+            convert([dataset], ds)
+        pruned = work / "pruned"
+        prune(ds, pruned, ratio, "hybrid", seed, report=False)
+        from .prune import load_records
+
+        kept = set(load_records(pruned, ["record_id"])["record_id"].to_list())
+        rows = []
+        for name, scheme, kw in _splits(ds):
+            try:
+                write_split(ds, name, scheme, seed=seed, **kw)
+            except ValueError as e:
+                rows.append((name, "skipped", str(e), None, None, None))
+                continue
+            df = labelled_split(ds, name)
+            test = df.filter(pl.col("part") == "test")
+            if test.height == 0:
+                continue
+            d_test = arrays(test)
+            rows.append((name, "random", "", 0.5, random_topk_expectation(d_test["task_ids"], d_test["labels"], 1),
+                         random_topk_expectation(d_test["task_ids"], d_test["labels"], 5)))
+            for data in ("full", "pruned"):
+                frame = df if data == "full" else df.filter(
+                    (pl.col("part") == "test") | pl.col("record_id").is_in(list(kept)))
+                for kind in MODELS:
+                    m, _ = fit_on_frame(frame, kind, seed=seed, epochs=epochs,
+                                        data_manifest_hash=data_hash(ds, name), **HP[kind])
+                    r = evaluate_predictions(d_test["task_ids"], d_test["labels"], m.predict(d_test))
+                    rows.append((name, kind, data, r["pca"], r["top1"], r["top5"]))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    cmd = command or f"curate report pca --dataset {dataset} --out {out} --epochs {epochs}"
+    lines = ["# PCA report", "", f"Reproduce: `{cmd}`", "",
+             f"Dataset: `{dataset}`; models trained on the train part of each split, full data and after hybrid "
+             f"pruning of the dataset at ratio {ratio} (test records are always kept for scoring), scored on the same "
+             "test records with TenSet's "
+             "metrics (tenset_curate/metrics.py). Seed 0, one thread, metrics rounded to 3 decimals.", "",
+             "| split | model | data | PCA | top-1 | top-5 |", "|---|---|---|---:|---:|---:|"]
+    for name, kind, data, pca, t1, t5 in rows:
+        if pca is None:
+            lines.append(f"| {name} | - | - | skipped: {data} | | |")
+        else:
+            lines.append(f"| {name} | {kind} | {data or '-'} | {pca:.3f} | {t1:.3f} | {t5:.3f} |")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out, "\n".join(lines) + "\n")
+    return out
