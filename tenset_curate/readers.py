@@ -25,6 +25,7 @@ from typing import Iterator
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
 try:  # vectorised step typing; the pure-Python reference below is the fallback and the test oracle
     from .fast_steps import steps_from_json
@@ -157,6 +158,7 @@ def parse_target(target: str) -> tuple:
     )
 
 
+_INT_ONLY = {int}
 _MD5 = re.compile(r"^[0-9a-f]{32}$")
 
 
@@ -226,6 +228,9 @@ class _Columns:
         "floats_val",
         "steps_json",
         "raws",
+        "rows",
+        "hwctx",
+        "source_file",
         "n",
     )
 
@@ -257,11 +262,16 @@ class _Columns:
         self.floats_val = []
         self.steps_json = []  # Ansor: compact JSON of each record's steps, typed in bulk by to_batch
         self.raws = []  # Ansor: the raw lines, to quarantine a record whose steps turn out malformed
+        self.rows = []  # Ansor: one tuple per record, expanded into columns by _ansor_columns
+        self.hwctx = None
+        self.source_file = None
         self.n = 0
 
     def to_batch(self) -> tuple[pa.RecordBatch, dict[int, str]]:
         """Build the batch; returns it with {row: reason} for rows whose steps are malformed (Ansor only)."""
         bad: dict[int, str] = {}
+        if self.rows:
+            self._ansor_columns()
         if self.steps_json:
             steps, bad = steps_from_json(self.steps_json)
             self.scalar["n_steps"] = steps.value_lengths().fill_null(0).cast(pa.int32())
@@ -283,6 +293,54 @@ class _Columns:
             else:
                 cols[name] = pa.array(self.scalar[name], f.type)
         return pa.RecordBatch.from_pydict(cols, schema=RECORD_SCHEMA), bad
+
+    def _ansor_columns(self) -> None:
+        """Expand the per-record tuples of an Ansor batch into columns; per-target and per-key parses run once per
+        distinct value, the rest are list comprehensions (a per-record append to 40 lists costs more)."""
+        (lines, raws, versions, targets, wkeys, hwps, blobs, costs, means, errs, valids, all_costs,
+         stamps) = map(list, zip(*self.rows))
+        s = self.scalar
+        n = len(lines)
+        blake = hashlib.blake2b
+        s["record_id"] = [blake(r, digest_size=8).hexdigest() for r in raws]
+        s["source_file"] = [self.source_file] * n
+        s["line"] = lines
+        s["format"] = ["ansor"] * n
+        s["log_version"] = versions
+        s["target"] = targets
+        tg = {t: parse_target(t) for t in set(targets)}
+        per = [tg[t] for t in targets]
+        names = ["target_kind", "target_keys", "target_mcpu", "target_arch", "target_model", "target_mtriple",
+                 "target_num_cores", "target_max_num_threads", "target_warp_size", "target_attrs"]
+        for j, name in enumerate(names):
+            if name == "target_keys":
+                self.target_keys = [x[1] for x in per]
+            else:
+                s[name] = [x[j] for x in per]
+        res = {t: self.hwctx.resolve(v[4]) for t, v in tg.items()}
+        s["hardware"] = [res[t][0] for t in targets]
+        s["hardware_rule"] = [res[t][1] for t in targets]
+        none8 = (None,) * 8
+        hw_cols = list(zip(*[h if h is not None else none8 for h in hwps]))
+        for j, name in enumerate(HW_PARAM_NAMES):
+            s[f"hw_{name}"] = list(hw_cols[j])
+        wk = {k: parse_workload_key(k) for k in set(wkeys)}
+        s["workload_key"] = wkeys
+        s["workload_name"] = [wk[k][0] for k in wkeys]
+        s["workload_hash"] = [wk[k][1] for k in wkeys]
+        self.wl_args = [wk[k][2] for k in wkeys]
+        self.wl_str_args = [wk[k][3] for k in wkeys]
+        tid = {(k, t): task_id_of(k, tg[t][0]) for k, t in set(zip(wkeys, targets))}
+        s["task_id"] = [tid[kt] for kt in zip(wkeys, targets)]
+        self.steps_json = blobs
+        self.raws = list(zip(lines, raws))
+        self.costs = costs
+        s["mean_cost"] = means
+        s["error_no"] = errs
+        s["error_name"] = [ERROR_NAMES[e] if e < len(ERROR_NAMES) else f"ERROR_{e}" for e in errs]
+        s["is_valid"] = valids
+        s["all_cost"] = all_costs
+        s["timestamp"] = stamps
 
     def _built_steps(self) -> pa.ListArray:
         n_steps_total = len(self.step_kind)
@@ -547,8 +605,9 @@ def detect_format(path: Path) -> str:
 class _Sink:
     """Collects rows and quarantine entries; yields record batches of at most BATCH_ROWS rows."""
 
-    def __init__(self, source_file: str):
+    def __init__(self, source_file: str, hwctx: "HardwareContext | None" = None):
         self.source_file = source_file
+        self.hwctx = hwctx
         self.cols = _Columns()
         self.quarantine: list[tuple] = []
         self.stats = FileStats(source_file)
@@ -563,6 +622,9 @@ class _Sink:
         if self.cols.n == 0:
             return None
         cols = self.cols
+        cols.hwctx = self.hwctx
+        cols.source_file = self.source_file
+        ansor = bool(cols.rows)
         b, bad = cols.to_batch()
         self.cols = _Columns()
         if bad:  # malformed steps found in bulk: the row becomes a quarantined line
@@ -571,16 +633,15 @@ class _Sink:
                 keep[i] = False
                 lineno, raw = cols.raws[i]
                 self.quarantine_line(lineno, f"invalid record: malformed steps: {reason}", raw)
-                self.stats.rows -= 1
-                hwname = b.column("hardware")[i].as_py()
-                self.stats.hardware[hwname] -= 1
-                rule = b.column("hardware_rule")[i].as_py()
-                self.stats.hardware_rules[rule] -= 1
-                if not b.column("is_valid")[i].as_py():
-                    self.stats.failed -= 1
-            self.stats.hardware = {k: v for k, v in self.stats.hardware.items() if v}
-            self.stats.hardware_rules = {k: v for k, v in self.stats.hardware_rules.items() if v}
             b = b.filter(pa.array(keep))
+        if ansor:  # Ansor rows are counted per batch, after malformed steps were taken out
+            st = self.stats
+            st.rows += b.num_rows
+            st.failed += b.num_rows - pc.sum(b.column("is_valid")).as_py() if b.num_rows else 0
+            for col, d in (("hardware", st.hardware), ("hardware_rule", st.hardware_rules)):
+                vc = pc.value_counts(b.column(col))
+                for name, cnt in zip(vc.field("values").to_pylist(), vc.field("counts").to_pylist()):
+                    d[name] = d.get(name, 0) + cnt
         return b if b.num_rows else None
 
     def quarantine_table(self) -> pa.Table:
@@ -591,6 +652,7 @@ class _Sink:
 def read_ansor(path: Path, source_file: str, hw: HardwareContext, sink: _Sink | None = None) -> Iterator:
     """Yield RecordBatches for one Ansor/TenSet log; ``sink.stats`` and ``sink.quarantine`` fill as it goes."""
     sink = sink or _Sink(source_file)
+    sink.hwctx = hw
     st = sink.stats
     loads = orjson.loads
     blake = hashlib.blake2b
@@ -643,7 +705,7 @@ def _add_ansor_record(cols: _Columns, rec, raw: bytes, lineno: int, source_file:
         raise ValueError("workload key or target is not a string")
     hwp = task[2] if len(task) > 2 else None
     if hwp is not None:
-        if type(hwp) is not list or len(hwp) != 8 or any(type(x) is not int for x in hwp):
+        if type(hwp) is not list or len(hwp) != 8 or not set(map(type, hwp)) <= _INT_ONLY:
             raise ValueError("hardware params are not 8 integers")
     state = inp[1]
     if type(state) is not list or len(state) != 2 or type(state[1]) is not list:
@@ -658,44 +720,12 @@ def _add_ansor_record(cols: _Columns, rec, raw: bytes, lineno: int, source_file:
     if ts is not None and type(ts) not in (int, float):
         raise ValueError("timestamp is not a number")
     cost_list, mean, valid = summarize_costs(costs, error_no)
-    tgt = parse_target(target)
-    wname, whash, wargs, wstrs = parse_workload_key(wkey)
-    steps_blob = orjson.dumps(state[1])
-    hardware, rule = hw.resolve(tgt[4])
-    s = cols.scalar
-    s["record_id"].append(blake(raw, digest_size=8).hexdigest())
-    s["source_file"].append(source_file)
-    s["line"].append(lineno)
-    s["format"].append("ansor")
-    s["log_version"].append(version)
-    s["hardware"].append(hardware)
-    s["hardware_rule"].append(rule)
-    s["target"].append(target)
-    _append_target(s, tgt)
-    cols.target_keys.append(tgt[1])
-    for i, n in enumerate(HW_PARAM_NAMES):
-        s[f"hw_{n}"].append(hwp[i] if hwp is not None else None)
-    s["workload_key"].append(wkey)
-    s["workload_name"].append(wname)
-    s["workload_hash"].append(whash)
-    cols.wl_args.append(wargs)
-    cols.wl_str_args.append(wstrs)
-    s["task_id"].append(task_id_of(wkey, tgt[0]))
-    cols.steps_json.append(steps_blob)
-    cols.raws.append((lineno, raw))
-    cols.costs.append(cost_list)
-    s["mean_cost"].append(mean)
-    s["error_no"].append(error_no)
-    s["error_name"].append(ERROR_NAMES[error_no] if error_no < len(ERROR_NAMES) else f"ERROR_{error_no}")
-    s["is_valid"].append(valid)
-    s["all_cost"].append(float(all_cost) if all_cost is not None else None)
-    s["timestamp"].append(float(ts) if ts is not None else None)
+    parse_target(target)  # validate now (cached), so a bad target quarantines this line
+    parse_workload_key(wkey)
+    cols.rows.append((lineno, raw, version, target, wkey, hwp, orjson.dumps(state[1]), cost_list, mean, error_no,
+                      valid, float(all_cost) if all_cost is not None else None,
+                      float(ts) if ts is not None else None))
     cols.n += 1
-    st.rows += 1
-    if not valid:
-        st.failed += 1
-    st.hardware[hardware] = st.hardware.get(hardware, 0) + 1
-    st.hardware_rules[rule] = st.hardware_rules.get(rule, 0) + 1
 
 
 def _append_target(s: dict, tgt: tuple) -> None:
