@@ -67,7 +67,6 @@ Reproducibility
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 import math
 import os
@@ -407,25 +406,51 @@ def load_model(directory: str | os.PathLike, *, expected_feature_version: str | 
 def _build_attention_net(input_dims: dict, hp: dict):
     import torch
     from torch import nn
+    import torch.nn.functional as F
+
+    class EncoderLayer(nn.Module):
+        """Post-norm Transformer encoder layer, same maths as ``nn.TransformerEncoderLayer``
+        (batch_first, relu, norm_first=False) with a fused QKV projection. Written out because
+        the built-in layer's inference fast path (nested tensors) is slower on CPU for these
+        short sequences and warns; this one runs the same kernels in training and inference."""
+
+        def __init__(self, d: int, n_heads: int, ff: int, dropout: float):
+            super().__init__()
+            if d % n_heads:
+                raise ValueError(f"d_model={d} is not divisible by n_heads={n_heads}")
+            self.h, self.p = n_heads, dropout
+            self.qkv = nn.Linear(d, 3 * d)
+            self.out = nn.Linear(d, d)
+            self.ff1 = nn.Linear(d, ff)
+            self.ff2 = nn.Linear(ff, d)
+            self.norm1 = nn.LayerNorm(d)
+            self.norm2 = nn.LayerNorm(d)
+            self.drop = nn.Dropout(dropout)
+
+        def forward(self, x, attn_mask):
+            B, L, d = x.shape
+            q, k, v = self.qkv(x).view(B, L, 3, self.h, d // self.h).permute(2, 0, 3, 1, 4)
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
+                                               dropout_p=self.p if self.training else 0.0)
+            x = self.norm1(x + self.drop(self.out(a.transpose(1, 2).reshape(B, L, d))))
+            return self.norm2(x + self.drop(self.ff2(self.drop(F.relu(self.ff1(x))))))
 
     class AttentionNet(nn.Module):
         def __init__(self):
             super().__init__()
-            D, L, F = input_dims["token_dim"], input_dims["max_len"], input_dims["flat_dim"]
+            D, L, Fd = input_dims["token_dim"], input_dims["max_len"], input_dims["flat_dim"]
             d = hp["d_model"]
-            self.use_flat = bool(hp["use_flat"]) and F > 0
+            self.use_flat = bool(hp["use_flat"]) and Fd > 0
             self.clip = float(hp["input_clip"])
             self.register_buffer("tok_mean", torch.zeros(D))
             self.register_buffer("tok_std", torch.ones(D))
-            self.register_buffer("flat_mean", torch.zeros(F))
-            self.register_buffer("flat_std", torch.ones(F))
+            self.register_buffer("flat_mean", torch.zeros(Fd))
+            self.register_buffer("flat_std", torch.ones(Fd))
             self.embed = nn.Linear(D, d)
             self.pos = nn.Parameter(torch.randn(L, d) * 0.02)
-            layer = nn.TransformerEncoderLayer(
-                d, hp["n_heads"], dim_feedforward=hp["ff_mult"] * d, dropout=hp["dropout"],
-                activation="relu", batch_first=True, norm_first=False)
-            self.encoder = nn.TransformerEncoder(layer, hp["n_layers"], enable_nested_tensor=True)
-            head_in = d + (F if self.use_flat else 0)
+            self.layers = nn.ModuleList(
+                EncoderLayer(d, hp["n_heads"], hp["ff_mult"] * d, hp["dropout"]) for _ in range(hp["n_layers"]))
+            head_in = d + (Fd if self.use_flat else 0)
             h = hp["head_hidden"]
             self.head = nn.Sequential(nn.Linear(head_in, h), nn.ReLU(), nn.Linear(h, h), nn.ReLU(),
                                       nn.Linear(h, 1))
@@ -437,7 +462,9 @@ def _build_attention_net(input_dims: dict, hp: dict):
                 mask = mask.clone()
                 mask[empty, 0] = True
             h = self.embed(x) + self.pos[: x.shape[1]]
-            h = self.encoder(h, src_key_padding_mask=~mask)
+            attn_mask = mask[:, None, None, :]  # [B, 1, 1, L], True = may attend (key padding)
+            for layer in self.layers:
+                h = layer(h, attn_mask)
             m = mask.unsqueeze(-1).to(h.dtype)
             pooled = (h * m).sum(dim=1) / m.sum(dim=1)
             if self.use_flat:
@@ -481,7 +508,7 @@ class _TorchRanker(Ranker):
         epochs=30, lr=1e-3, weight_decay=1e-6, lr_schedule="cosine", lr_step_epochs=10,
         lr_gamma=0.5, warmup_steps=0, grad_clip=1.0, tasks_per_batch=8, records_per_task=64,
         batching="task", loss="lambdarank", sigma=1.0, patience=5, min_delta=1e-4,
-        infer_batch_size=4096, device="cpu", num_threads=None, deterministic=True,
+        infer_batch_size=1024, device="cpu", num_threads=None, deterministic=True,
     )
 
     # subclasses: _build_net(), _net_inputs(arrays, idx, device), _feature_arrays(data),
@@ -513,6 +540,8 @@ class _TorchRanker(Ranker):
         labels = _as(train, "labels", np.float32, 1)
         arrays_all = dict(arrays, task_ids=task_ids, labels=labels)
         _n_records(arrays_all)
+        if not np.all(np.isfinite(labels)):
+            raise ValueError("training labels must be finite (drop invalid records before fit)")
         self.input_dims = self._dims(arrays)
         if valid is not None:
             v_arrays = self._feature_arrays(valid)
@@ -667,8 +696,12 @@ class _TorchRanker(Ranker):
 
 
 class AttentionRanker(_TorchRanker):
-    """Transformer encoder over schedule tokens (TLP-style), masked mean pooling, optional flat
-    features concatenated before an MLP head; trained with a within-task ranking loss."""
+    """Transformer encoder over schedule tokens (TLP-style): linear token embedding + learned
+    positional embedding, ``n_layers`` post-norm encoder layers (``d_model``, ``n_heads``,
+    feed-forward ``ff_mult * d_model``, key-padding mask), masked mean pooling, optional flat
+    features (z-scored) concatenated before a 2-hidden-layer MLP head; trained with a
+    within-task ranking loss. Tokens are z-scored per dimension over the real training tokens.
+    Batches are trimmed to their longest record; inference sorts records by length."""
 
     kind = "attention"
     _defaults = dict(
@@ -854,6 +887,8 @@ class GBDTRanker(Ranker):
         task_ids = _as(train, "task_ids", np.int64, 1)
         labels = _as(train, "labels", np.float32, 1)
         _n_records({"flat": flat, "task_ids": task_ids, "labels": labels})
+        if not np.all(np.isfinite(labels)):
+            raise ValueError("training labels must be finite (drop invalid records before fit)")
         self.input_dims = {"flat_dim": int(flat.shape[1])}
         rng = np.random.default_rng(self.seed)
         rows, sizes = self._grouped(task_ids, rng)

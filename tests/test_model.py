@@ -1,0 +1,319 @@
+"""The three rankers of tenset_curate/model.py on REAL Ansor records (roller-k80 conv2d logs).
+
+The featurisation here is test-local on purpose (one-hot step kind + log2 split lengths); the
+project's featurizer lives in features.py. Held-out records of the same tasks are scored with
+TenSet's metrics; models must beat random ranking (PCA 0.5) clearly.
+"""
+from __future__ import annotations
+
+import glob
+import gzip
+import json
+import math
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("lightgbm")
+
+from tenset_curate.metrics import evaluate_predictions  # noqa: E402
+from tenset_curate.model import (  # noqa: E402
+    AttentionRanker,
+    GBDTRanker,
+    MLPRanker,
+    ModelLoadError,
+    ModelMismatchError,
+    _pad_groups,
+    _plan_epoch,
+    _task_groups,
+    lambdarank_loss,
+    load_model,
+)
+
+REAL = Path(__file__).resolve().parents[2] / "shared" / "realdata" / "ansor" / "roller-k80" / "conv"
+N_TASKS, MAX_RECORDS = 4, 250
+
+# ------------------------------------------------------------------------------------------
+# test-local featurisation of Ansor records
+# ------------------------------------------------------------------------------------------
+KINDS = ["AN", "FU", "PR", "RE", "FSP", "FFSP", "SA", "CA", "CI", "CR", "SP", "PPT", "CHR", "CHW", "CP", "RF"]
+MAX_LEN, N_SPLIT, N_FLAT_SP = 48, 4, 12
+TOKEN_DIM = len(KINDS) + 4 + N_SPLIT
+
+
+def _lg(x) -> float:
+    return math.log2(1.0 + abs(float(x or 0)))
+
+
+def _featurise(steps):
+    tok = np.zeros((MAX_LEN, TOKEN_DIM), np.float32)
+    sp_rows, unroll = [], 0.0
+    base = len(KINDS)
+    for t, st in enumerate(steps[:MAX_LEN]):
+        kind = st[0]
+        tok[t, KINDS.index(kind) if kind in KINDS else 0] = 1.0
+        tok[t, base] = st[1] / 10.0 if isinstance(st[1], int) else 0.0  # stage id
+        if kind == "SP":
+            tok[t, base + 1] = _lg(st[3])  # extent
+            lens = [_lg(v) for v in st[4][:N_SPLIT]]
+            tok[t, base + 2: base + 2 + len(lens)] = lens
+            sp_rows.append(lens + [0.0] * (N_SPLIT - len(lens)))
+        elif kind == "AN":
+            tok[t, base + 2 + N_SPLIT] = st[3] / 10.0
+        elif kind == "PR":
+            v = str(st[3]).split("$")[-1]
+            unroll = _lg(int(v)) if v.isdigit() else 0.0
+            tok[t, base + 3 + N_SPLIT] = unroll
+    mask = np.zeros(MAX_LEN, bool)
+    mask[: min(len(steps), MAX_LEN)] = True
+    sp = (sp_rows + [[0.0] * N_SPLIT] * N_FLAT_SP)[:N_FLAT_SP]
+    flat = np.array([v for row in sp for v in row] + [unroll, len(steps) / 10.0], np.float32)
+    return tok, mask, flat
+
+
+def _load_real(n_tasks: int, max_records: int) -> dict:
+    files = sorted(glob.glob(str(REAL / "*.json.gz")))[:n_tasks]
+    cols = {k: [] for k in ("tokens", "mask", "flat", "task_ids", "labels")}
+    for t, f in enumerate(files):
+        rows = []
+        with gzip.open(f, "rt") as fh:
+            for line in fh:
+                r = json.loads(line)  # {"i": [[workload_key, target, ...], [[], STEPS]], "r": [COSTS, ERR, ...]}
+                costs, err = r["r"][0], r["r"][1]
+                if err != 0 or not costs:
+                    continue
+                c = float(np.mean(costs))
+                if c > 0 and math.isfinite(c):
+                    rows.append((c, r["i"][1][1]))
+                if len(rows) >= max_records:
+                    break
+        best = min(c for c, _ in rows)
+        for c, steps in rows:  # TenSet label: min mean cost of the task's valid records / mean cost
+            tok, mask, flat = _featurise(steps)
+            for k, v in zip(cols, (tok, mask, flat, t, best / c)):
+                cols[k].append(v)
+    return {"tokens": np.stack(cols["tokens"]), "mask": np.stack(cols["mask"]), "flat": np.stack(cols["flat"]),
+            "task_ids": np.asarray(cols["task_ids"], np.int64), "labels": np.asarray(cols["labels"], np.float32)}
+
+
+def _split(data: dict, seed: int = 0):
+    """60/20/20 within each task: train / valid (early stopping) / test (held-out records)."""
+    rng = np.random.default_rng(seed)
+    parts = [[], [], []]
+    for t in np.unique(data["task_ids"]):
+        idx = np.flatnonzero(data["task_ids"] == t)
+        idx = idx[rng.permutation(idx.size)]
+        a, b = int(0.6 * idx.size), int(0.8 * idx.size)
+        for p, sl in zip(parts, (idx[:a], idx[a:b], idx[b:])):
+            p.append(sl)
+    return [{k: v[np.concatenate(p)] for k, v in data.items()} for p in parts]
+
+
+@pytest.fixture(scope="module")
+def real_splits():
+    if not REAL.is_dir() or not glob.glob(str(REAL / "*.json.gz")):
+        pytest.skip(f"real Ansor logs not available at {REAL}")
+    return _split(_load_real(N_TASKS, MAX_RECORDS))
+
+
+# small but real configurations (2 shared CPU cores): the attention model uses d_model 32, 1 layer
+CONFIGS = {
+    "gbdt": (GBDTRanker, dict(n_estimators=80, num_threads=1, eval_every=5, early_stopping_rounds=30)),
+    "mlp": (MLPRanker, dict(epochs=12, lr=2e-3, patience=12, num_threads=1)),
+    "attention": (AttentionRanker, dict(epochs=5, lr=3e-3, d_model=32, n_layers=1, head_hidden=64,
+                                        patience=5, num_threads=1)),
+}
+
+
+def _fit(kind: str, train: dict, valid: dict | None, seed: int = 0, **extra):
+    cls, hp = CONFIGS[kind]
+    return cls(seed=seed, progress=False, feature_version="test-feat-v1", data_manifest_hash="abc123",
+               **{**hp, **extra}).fit(train, valid)
+
+
+@pytest.fixture(scope="module")
+def fitted(real_splits):
+    train, valid, _ = real_splits
+    return {kind: _fit(kind, train, valid) for kind in CONFIGS}
+
+
+# ------------------------------------------------------------------------------------------
+# training on real data
+# ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", list(CONFIGS))
+def test_ranker_beats_random_on_held_out_records(kind, fitted, real_splits):
+    _, _, test = real_splits
+    m = fitted[kind]
+    preds = m.predict(test)
+    assert preds.shape == test["labels"].shape and np.all(np.isfinite(preds))
+    r = evaluate_predictions(test["task_ids"], test["labels"], preds)
+    print(f"{kind}: held-out PCA {r['pca']:.3f} top1 {r['top1']:.3f} top5 {r['top5']:.3f}")
+    assert r["n_tasks"] == N_TASKS
+    assert r["pca"] > 0.6
+    # per-epoch (per-eval) validation metrics were recorded and the best state was kept
+    assert m.history and all("valid_pca" in h for h in m.history)
+    valid = real_splits[1]
+    best = max(h["valid_pca"] for h in m.history)  # early stopping keeps improvements > min_delta 1e-4
+    assert evaluate_predictions(valid["task_ids"], valid["labels"], m.predict(valid))["pca"] == pytest.approx(
+        best, abs=1e-4)
+
+
+@pytest.mark.parametrize("kind", list(CONFIGS))
+def test_same_seed_gives_identical_predictions(kind, fitted, real_splits):
+    train, valid, test = real_splits
+    again = _fit(kind, train, valid)
+    np.testing.assert_array_equal(again.predict(test), fitted[kind].predict(test))
+
+
+def test_default_attention_architecture_trains(real_splits):
+    """The default model (d_model 64, 2 layers, 4 heads) runs one epoch without validation."""
+    train, _, test = real_splits
+    m = AttentionRanker(epochs=1, num_threads=1, progress=False).fit(train)
+    assert m.hparams["d_model"] == 64 and m.hparams["n_layers"] == 2
+    assert len(m.history) == 1 and m.best_epoch == 0
+    assert np.all(np.isfinite(m.predict(test)))
+
+
+def test_attention_without_flat_features_and_ranknet(real_splits):
+    train, valid, test = real_splits
+    no_flat = {k: v for k, v in train.items() if k != "flat"}
+    m = AttentionRanker(epochs=1, num_threads=1, progress=False, d_model=32, n_layers=1,
+                        loss="ranknet").fit(no_flat)
+    assert m.input_dims["flat_dim"] == 0
+    assert np.all(np.isfinite(m.predict({k: v for k, v in test.items() if k != "flat"})))
+
+
+# ------------------------------------------------------------------------------------------
+# persistence and refusal
+# ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", list(CONFIGS))
+def test_save_load_round_trip(kind, fitted, real_splits, tmp_path):
+    _, _, test = real_splits
+    m = fitted[kind]
+    d = m.save(tmp_path / kind)
+    cfg = json.loads((d / "config.json").read_text())
+    assert cfg["kind"] == kind and cfg["feature_version"] == "test-feat-v1"
+    assert cfg["data_manifest_hash"] == "abc123" and cfg["input_dims"] and cfg["history"]
+    assert (d / ("model.txt" if kind == "gbdt" else "model.pt")).is_file()
+    loaded = load_model(d, expected_feature_version="test-feat-v1")
+    assert type(loaded) is type(m)
+    np.testing.assert_array_equal(loaded.predict(test), m.predict(test))
+    # the class method refuses a directory of another kind
+    other = MLPRanker if kind != "mlp" else GBDTRanker
+    with pytest.raises(ModelMismatchError, match=kind):
+        other.load(d)
+
+
+def test_wrong_feature_version_and_dims_are_refused(fitted, real_splits, tmp_path):
+    _, _, test = real_splits
+    d = fitted["mlp"].save(tmp_path / "mlp")
+    with pytest.raises(ModelMismatchError) as e:
+        load_model(d, expected_feature_version="test-feat-v2")
+    assert "test-feat-v1" in str(e.value) and "test-feat-v2" in str(e.value)
+    with pytest.raises(ModelMismatchError):
+        MLPRanker.load(d, expected_feature_version="other")
+    bad = dict(test, flat=test["flat"][:, :-1])
+    with pytest.raises(ModelMismatchError, match="flat_dim"):
+        fitted["mlp"].predict(bad)
+    with pytest.raises(ModelMismatchError, match="token_dim"):
+        fitted["attention"].predict(dict(test, tokens=test["tokens"][:, :, :-1]))
+
+
+class _Evil:
+    def __init__(self, sentinel: Path):
+        self.sentinel = str(sentinel)
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.sentinel}",))
+
+
+@pytest.mark.parametrize("kind", ["attention", "mlp"])
+def test_malicious_checkpoint_is_refused(kind, fitted, tmp_path):
+    d = fitted[kind].save(tmp_path / kind)
+    sentinel = tmp_path / "pwned"
+    # a checkpoint whose pickle calls os.system on load, next to a valid config.json
+    torch.save({"embed.weight": _Evil(sentinel)}, d / "model.pt")
+    with zipfile.ZipFile(d / "model.pt") as z:
+        payload = b"".join(z.read(n) for n in z.namelist() if n.endswith("data.pkl"))
+    assert b"system" in payload  # the file really carries the reduce to os.system
+    with pytest.raises(ModelLoadError, match="refusing to load"):
+        load_model(d)
+    with pytest.raises(ModelLoadError):
+        type(fitted[kind]).load(d, expected_feature_version="test-feat-v1")
+    assert not sentinel.exists()
+
+
+def test_corrupt_or_missing_files_are_refused(fitted, tmp_path):
+    d = fitted["gbdt"].save(tmp_path / "gbdt")
+    (d / "model.txt").write_text("not a model")
+    with pytest.raises(ModelLoadError):
+        load_model(d)
+    (d / "config.json").write_text("{")
+    with pytest.raises(ModelLoadError):
+        load_model(d)
+    with pytest.raises(ModelLoadError):
+        load_model(tmp_path / "nowhere")
+
+
+# ------------------------------------------------------------------------------------------
+# training internals
+# ------------------------------------------------------------------------------------------
+def test_batches_hold_whole_tasks_and_cover_every_record_once():
+    rng = np.random.default_rng(0)
+    tids = rng.integers(0, 7, 500)
+    tids[:1] = 99  # a one-record task: no pairs, not trained on
+    groups = _task_groups(tids, 2)
+    batches = _plan_epoch(groups, 499, rng, tasks_per_batch=3, records_per_task=16, batching="task")
+    seen = np.concatenate([c for b in batches for c in b])
+    assert sorted(seen.tolist()) == sorted(np.flatnonzero(tids != 99).tolist())
+    for b in batches:
+        assert len(b) <= 3
+        for chunk in b:
+            assert chunk.size <= 16 and np.unique(tids[chunk]).size == 1
+
+
+def test_lambdarank_loss_matches_tenset_formula_and_is_per_group():
+    rng = np.random.default_rng(1)
+    s1, y1 = rng.normal(size=6), rng.uniform(0, 1, 6)
+    s2, y2 = rng.normal(size=4), rng.uniform(0, 1, 4)
+
+    def tenset(s, y):  # TenSet LambdaRankLoss, pair loop (mlp_model.py)
+        o = np.argsort(-s, kind="stable")
+        s, y = s[o], y[o]
+        D = np.log2(1.0 + np.arange(1, s.size + 1))
+        max_dcg = np.sum((2.0 ** np.sort(y)[::-1] - 1) / D)
+        G = (2.0 ** y - 1) / max_dcg
+        tot = 0.0
+        for i in range(s.size):
+            for j in range(s.size):
+                if y[i] > y[j]:
+                    w = abs(1 / D[i] - 1 / D[j]) * abs(G[i] - G[j])
+                    tot -= w * np.log2(1 / (1 + np.exp(-(s[i] - s[j]))))
+        return tot
+
+    def ours(groups):
+        sizes = np.array([g[0].size for g in groups])
+        S, Y, M = _pad_groups(torch.tensor(np.concatenate([g[0] for g in groups])),
+                              torch.tensor(np.concatenate([g[1] for g in groups])), sizes)
+        return float(lambdarank_loss(S, Y, M)[0])
+
+    assert ours([(s1, y1)]) == pytest.approx(tenset(s1, y1), rel=1e-9)
+    # two groups in one batch: mean of the per-group losses, no cross-group pairs
+    assert ours([(s1, y1), (s2, y2)]) == pytest.approx((tenset(s1, y1) + tenset(s2, y2)) / 2, rel=1e-9)
+
+
+def test_mlp_tenset_mixed_batches_and_step_schedule(real_splits):
+    """TenSet's original batching (one LambdaRank group over a shuffled mixed batch) also trains."""
+    train, valid, test = real_splits
+    m = MLPRanker(epochs=3, lr_schedule="step", lr_step_epochs=1, lr_gamma=0.5, batching="mixed",
+                  num_threads=1, progress=False).fit(train, valid)
+    assert [h["lr"] for h in m.history] == pytest.approx([7e-4 * 0.5 ** (e + 1) for e in range(3)])
+    assert np.all(np.isfinite(m.predict(test)))
+    bad = dict(train, labels=np.where(np.arange(train["labels"].size) == 0, np.nan, train["labels"]))
+    with pytest.raises(ValueError, match="finite"):
+        MLPRanker(epochs=1, progress=False).fit(bad)
