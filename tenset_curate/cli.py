@@ -235,12 +235,16 @@ def collect(
     out: Path = typer.Option(..., "--out", "-o"),
     target: str = typer.Option("auto"),
     seed: int = typer.Option(0),
+    trials_per_iter: int = typer.Option(64),
+    population: int = typer.Option(128, help="evolutionary search population"),
+    gzip_db: bool = typer.Option(False, "--gzip", help="gzip the database files at the end"),
+    no_logs: bool = typer.Option(False, "--no-logs", help="do not keep MetaSchedule's log folder"),
 ):
     """Tune workloads on this CPU with MetaSchedule and keep every measured candidate (needs the tvm extra)."""
-    from .collect import collect as run
-    from .workloads import get_workloads
+    from .collect import collect_command
 
-    _print_json(run(get_workloads(workloads), trials, out, target=target, seed=seed))
+    _print_json(collect_command(workloads, trials, out, target, seed, trials_per_iter, population, gzip_db,
+                                not no_logs))
 
 
 @app.command()
