@@ -750,10 +750,13 @@ def ms_workload_name(mod_json: str) -> str:
         g = orjson.loads(mod_json)
         nodes = g["nodes"]
         names = []
-        for node in nodes:
-            tk = node.get("type_key", "")
+        for node in nodes:  # TVM <= 0.2x: {"type_key", "attrs"}; TVM 0.27 (tvm-ffi): {"type", "data"}
+            if not isinstance(node, dict):
+                continue
+            tk = node.get("type_key") or node.get("type") or ""
             if tk in ("tir.Block", "tir.SBlock", "s_tir.SBlock", "tirx.SBlock", "tirx.Block") or tk.endswith(".SBlock"):
-                ref = node.get("attrs", {}).get("name_hint")
+                fields = node.get("attrs") or node.get("data") or {}
+                ref = fields.get("name_hint") if isinstance(fields, dict) else None
                 if ref is not None:
                     target = nodes[int(ref)]
                     nm = target.get("repr_str")

@@ -237,3 +237,17 @@ def test_cli_convert_info_sql(tmp_path):
     assert r.exit_code != 0
     r = CliRunner().invoke(app, ["convert", str(tmp_path / "nope"), "--out", str(tmp_path / "ds2")])
     assert r.exit_code == 2 and "nope" in r.output
+
+
+def test_own_sample_metaschedule_names_and_classes(tmp_path):
+    """TVM 0.27 writes IRModule JSON as {"type", "data"} nodes: workloads are still named by their blocks."""
+    from tenset_curate.features import operator_classes
+
+    repo = Path(__file__).resolve().parents[1]
+    s = convert([repo / "data" / "sample-cpu"], tmp_path / "ds")
+    assert s["totals"]["balanced"] and s["totals"]["rows"] >= 2000
+    recs = pl.read_parquet(str(tmp_path / "ds" / "records/*/*.parquet"), columns=["task_id", "workload_name",
+                                                                                  "workload_key", "source_file"])
+    assert "unknown" not in set(recs["workload_name"])
+    ops = operator_classes(recs)
+    assert {"conv2d", "dense", "depthwise", "batch_matmul", "pooling", "softmax"} <= set(ops["op_class"])
