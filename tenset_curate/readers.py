@@ -159,6 +159,7 @@ def parse_target(target: str) -> tuple:
 
 
 _INT_ONLY = {int}
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 _MD5 = re.compile(r"^[0-9a-f]{32}$")
 
 
@@ -363,6 +364,7 @@ class _Columns:
 
     def add_ansor_steps(self, steps: list) -> int:
         """Append Ansor steps; raise ValueError on a malformed step (the caller rolls back)."""
+        n_ints, n_lists = len(self.ints_val), len(self.lists_val)
         kinds = self.step_kind
         ints_val, ints_off = self.ints_val, self.ints_off
         lists_val, lists_inner_off, lists_off = self.lists_val, self.lists_inner_off, self.lists_off
@@ -401,6 +403,10 @@ class _Columns:
             lists_off.append(len(lists_inner_off) - 1)
             strs_off.append(len(strs_val))
             floats_off.append(len(floats_val))
+        for vals, start in ((ints_val, n_ints), (lists_val, n_lists)):  # Arrow int64 would fail the whole batch
+            if len(vals) > start and not _I64_MIN <= min(vals[start:]) <= max(vals[start:]) <= _I64_MAX:
+                x = next(x for x in vals[start:] if not _I64_MIN <= x <= _I64_MAX)
+                raise ValueError(f"integer {x} out of int64 range")
         self.step_offsets.append(len(kinds))
         return len(steps)
 
