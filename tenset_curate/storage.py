@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 # Floats are split into byte streams (zstd then finds the shared exponents), statistics only where a reader filters.
-PARQUET_OPTS = dict(compression="zstd", compression_level=12, use_dictionary=True)
+PARQUET_OPTS = dict(compression="zstd", compression_level=3, use_dictionary=True)  # 12 costs 2.5x the write time for 4% less
 FLOAT_COLUMNS = ["costs", "mean_cost", "all_cost", "timestamp"]
 STAT_COLUMNS = ["line", "hardware", "task_id", "workload_key", "mean_cost", "error_no", "is_valid", "log_version",
                 "n_steps", "format", "target_kind"]
