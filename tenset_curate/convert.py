@@ -173,10 +173,11 @@ def convert_unit(unit: Unit, key: str, out: Path, hardware: str | None) -> dict:
             names = hw_col.unique().to_pylist()
             for name in names:
                 part = b if len(names) == 1 else b.filter(pa_equal(hw_col, name))
-                w = writers.get(name)
+                # keyed by folder: two names that map to one folder share its shard (the column keeps the name)
+                rel = f"records/hardware={_safe_part(name)}/part-{key}.parquet"
+                w = writers.get(rel)
                 if w is None:
-                    rel = f"records/hardware={_safe_part(name)}/part-{key}.parquet"
-                    w = writers[name] = AtomicParquetWriter(out / rel, RECORD_SCHEMA)
+                    w = writers[rel] = AtomicParquetWriter(out / rel, RECORD_SCHEMA)
                     outputs.append(rel)
                 w.write(part)
         for w in writers.values():
@@ -214,7 +215,8 @@ def _worker(args):
     unit, key, out, hardware = args
     try:
         return unit.label, convert_unit(unit, key, Path(out), hardware), None
-    except (InputError, ValueError, OSError, OutputError) as e:  # one broken input does not stop the others
+    except (InputError, ValueError, OSError, OutputError, OverflowError, RecursionError,
+            AssertionError) as e:  # one broken input does not stop the others; it is reported as failed
         return unit.label, None, f"{type(e).__name__}: {e}"
 
 

@@ -98,9 +98,12 @@ _TARGET_INT_ATTRS = {
 
 def _as_int(v):
     try:
-        return int(v)
-    except (TypeError, ValueError):
+        x = int(v)
+    except (TypeError, ValueError, OverflowError):
         return None
+    if not -(1 << 63) <= x < (1 << 63):
+        raise ValueError(f"target attribute {x} is outside int64")
+    return x
 
 
 @lru_cache(maxsize=4096)
@@ -430,9 +433,9 @@ class _Columns:
                     if a and a[0] == '"':
                         self.strs_val.append(a.strip('"'))
                     elif _is_int_str(a):
-                        self.ints_val.append(int(a))
+                        self.ints_val.append(_i64(int(a)))
                 elif type(a) is int:
-                    self.ints_val.append(a)
+                    self.ints_val.append(_i64(a))
                 elif type(a) is float:
                     self.floats_val.append(a)
             items = list(attrs)
@@ -452,7 +455,7 @@ class _Columns:
     def _add_ms_value(self, a) -> None:
         t = type(a)
         if t is int:
-            self.ints_val.append(a)
+            self.ints_val.append(_i64(a))
         elif t is bool:
             self.ints_val.append(int(a))
         elif t is float:
@@ -463,7 +466,7 @@ class _Columns:
             pass
         elif t is list:
             if all(type(x) is int for x in a):
-                self.lists_val.extend(a)
+                self.lists_val.extend(_i64(x) for x in a)
                 self.lists_inner_off.append(len(self.lists_val))
             elif all(type(x) in (int, float) for x in a):
                 self.floats_val.extend(float(x) for x in a)
@@ -492,6 +495,12 @@ class _Columns:
     def mark(self) -> tuple:
         return (len(self.step_kind), len(self.ints_val), len(self.lists_inner_off), len(self.lists_val),
                 len(self.strs_val), len(self.floats_val), len(self.step_offsets))
+
+
+def _i64(x: int) -> int:
+    if not _I64_MIN <= x <= _I64_MAX:
+        raise ValueError(f"integer {x} out of int64 range")
+    return x
 
 
 def _is_int_str(s: str) -> bool:
@@ -680,7 +689,7 @@ def read_ansor(path: Path, source_file: str, hw: HardwareContext, sink: _Sink | 
             continue
         try:
             _add_ansor_record(sink.cols, rec, raw, lineno, source_file, hw, st, blake)
-        except (ValueError, TypeError, KeyError, IndexError, OverflowError) as e:
+        except (ValueError, TypeError, KeyError, IndexError, OverflowError, RecursionError) as e:
             sink.quarantine_line(lineno, f"invalid record: {type(e).__name__}: {e}", raw)
             continue
         if sink.cols.n >= BATCH_ROWS:
@@ -713,6 +722,8 @@ def _add_ansor_record(cols: _Columns, rec, raw: bytes, lineno: int, source_file:
     if hwp is not None:
         if type(hwp) is not list or len(hwp) != 8 or not set(map(type, hwp)) <= _INT_ONLY:
             raise ValueError("hardware params are not 8 integers")
+        if not (_I64_MIN <= min(hwp) and max(hwp) <= _I64_MAX):
+            raise ValueError("a hardware param is outside int64")
     state = inp[1]
     if type(state) is not list or len(state) != 2 or type(state[1]) is not list:
         raise ValueError("state is not [[], steps]")
@@ -850,7 +861,7 @@ def read_metaschedule(workload_path: Path, record_path: Path, source_file: str, 
         mark = cols.mark()
         try:
             _add_ms_record(cols, rec, raw, lineno, source_file, hw, st, workloads, blake)
-        except (ValueError, TypeError, KeyError, IndexError, OverflowError) as e:
+        except (ValueError, TypeError, KeyError, IndexError, OverflowError, RecursionError) as e:
             cols.rollback_steps(*mark)
             sink.quarantine_line(lineno, f"invalid record: {type(e).__name__}: {e}", raw)
             continue
@@ -936,10 +947,10 @@ def steps_from_json_reference(blobs: list[bytes]) -> tuple[pa.ListArray, dict[in
             if type(steps) is not list:
                 raise ValueError("steps is not a list")
             cols.add_ansor_steps(steps)
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:
             cols.rollback_steps(*mark)
             cols.step_offsets.append(len(cols.step_kind))
-            bad[i] = str(e)
+            bad[i] = f"{type(e).__name__}: nesting too deep" if isinstance(e, RecursionError) else str(e)
     return cols._built_steps(), bad
 
 

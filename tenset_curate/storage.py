@@ -173,11 +173,13 @@ def dataset_lock(root: Path, wait: bool = False, timeout: float | None = None, w
         fd = os.open(root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as e:
         raise _explain(e, root) from e
+    acquired = False
     try:
         t0 = time.monotonic()
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                acquired = True
                 break
             except BlockingIOError:
                 if not wait or (timeout is not None and time.monotonic() - t0 > timeout):
@@ -191,10 +193,11 @@ def dataset_lock(root: Path, wait: bool = False, timeout: float | None = None, w
         os.pwrite(fd, info.encode(), 0)
         yield
     finally:
-        try:
-            os.ftruncate(fd, 0)
-        except OSError:
-            pass
+        if acquired:  # a refused writer must not erase the holder's identity
+            try:
+                os.ftruncate(fd, 0)
+            except OSError:
+                pass
         os.close(fd)
 
 
