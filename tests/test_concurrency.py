@@ -134,6 +134,8 @@ def test_second_writer_fails_naming_the_holder(logs, tmp_path):
 
 
 def test_bug_b5_refused_writer_erases_lock_holder(logs, tmp_path):
+    """B5 (fixed): a refused writer used to truncate ``.lock`` in dataset_lock's ``finally``, erasing the holder's
+    identity, so the next contender was told "unknown process". Two refused writers in a row: both name the holder."""
     names = sorted(os.listdir(logs))
     a = subset(logs, tmp_path / "a" / "k80", names[:2])
     out = tmp_path / "ds"
