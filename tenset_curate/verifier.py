@@ -41,9 +41,10 @@ Two parts.
     For each workload, seed and arm (each model, then MetaSchedule's own ``"xgb"`` and
     ``"random"`` models) one ``ms.tune_tir`` run into its own JSON database with the same trial
     budget, search settings and seed (``num_tuning_cores=1``: determinism), the runner settings of
-    ``collect.py`` and its ``f_build`` (which avoids the slow intrinsics import), run by an in-process
-    builder (``builder="inprocess"``, default: LocalBuilder restarts its worker pool, and so pays
-    ``import tvm``, on every batch; ``builder="local"`` uses it anyway). Per run: the best
+    ``collect.py`` and its ``f_build`` (which avoids the slow intrinsics import), built by a worker
+    pool kept for the whole run with LocalBuilder's per-candidate timeout (``builder="pool"``, default;
+    LocalBuilder itself restarts its pool, and so pays ``import tvm``, on every batch: ``"local"``;
+    ``"inprocess"`` compiles in the tuning process, fastest, but without a timeout). Per run: the best
     latency after every trial (database records in order, failed trials = no improvement), the
     time each trial's batch finished, and a re-measurement of the run's best program
     (``compile_tir`` on the database, the collector's build function, ``time_evaluator``); the
@@ -483,13 +484,58 @@ def _best_so_far(lat: list[float | None]) -> list[float | None]:
     return out
 
 
-def _make_inprocess_builder():
-    """A MetaSchedule builder that compiles in the tuning process, one candidate after another.
+def _make_pool_builder(max_workers: int, timeout_sec: float):
+    """A MetaSchedule builder over ONE pool of worker processes kept for the whole run, with a per-candidate
+    timeout.
 
-    LocalBuilder starts a fresh pool of worker processes for every batch, and each worker pays
-    ``import tvm`` (10-20 s on a loaded 2-core machine); at 16 candidates per batch that start-up is
-    most of a batch. This builder runs the collector's build function (``collect._make_f_build``)
-    and MetaSchedule's own ``default_export`` in-process. Every arm uses the same builder."""
+    LocalBuilder starts a fresh worker pool for every batch (against a slow memory leak of long-lived
+    workers), and every new worker pays ``import tvm`` (10-20 s on a loaded 2-core machine): with
+    16-candidate batches that start-up is most of a batch. A run here is a handful of batches, so the pool is
+    kept; the work per candidate is LocalBuilder's own (``local_builder._worker_func``: the collector's
+    ``f_build``, MetaSchedule's ``default_export``), and a candidate that takes longer than ``timeout_sec``
+    to compile is killed and counted as a failed build, exactly as LocalBuilder does. Call ``close()``."""
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
+    from tvm.s_tir.meta_schedule.builder.local_builder import _serialize_params, _worker_func
+    from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
+
+    from .collect import _make_f_build
+
+    f_build = _make_f_build()
+
+    @derived_object
+    class PoolBuilder(PyBuilder):
+        def __init__(self):
+            super().__init__()
+            self.pool = None
+
+        def build(self, build_inputs):
+            if self.pool is None:
+                self.pool = PopenPoolExecutor(max_workers=max_workers, timeout=timeout_sec)
+            results = []
+            args = [(f_build, None, b.mod, b.target, _serialize_params(b.params)) for b in build_inputs]
+            for r in self.pool.map_with_error_catching(lambda x: _worker_func(*x), args):
+                if r.status == StatusKind.COMPLETE:
+                    results.append(BuilderResult(r.value, None))
+                elif r.status == StatusKind.TIMEOUT:
+                    results.append(BuilderResult(None, f"PoolBuilder: Timeout, killed after {timeout_sec} seconds"))
+                else:
+                    results.append(BuilderResult(None, "PoolBuilder: An exception occurred\n" + str(r.value)))
+            return results
+
+        def close(self):
+            if self.pool is not None:
+                with contextlib.suppress(Exception):
+                    self.pool.shutdown()
+                self.pool = None
+
+    return PoolBuilder()
+
+
+def _make_inprocess_builder():
+    """A MetaSchedule builder that compiles in the tuning process, one candidate after another: the fastest
+    for small workloads (tests), but with NO timeout (a candidate LLVM takes minutes to compile blocks the
+    run). Runs the collector's ``f_build`` and MetaSchedule's ``default_export``."""
     from tvm.ir.utils import derived_object
     from tvm.s_tir.meta_schedule.builder import BuilderResult, PyBuilder
     from tvm.s_tir.meta_schedule.builder.local_builder import default_export
@@ -512,17 +558,22 @@ def _make_inprocess_builder():
     return InProcessBuilder()
 
 
+BUILDERS = ("pool", "inprocess", "local")
+
+
 def _builder_runner(ms, settings: dict):
     from .collect import _make_f_build
 
-    if settings["builder"] == "inprocess":
+    if settings["builder"] == "pool":
+        builder = _make_pool_builder(settings["builder_workers"], settings["builder_timeout_s"])
+    elif settings["builder"] == "inprocess":
         builder = _make_inprocess_builder()
     elif settings["builder"] == "local":
         builder = ms.builder.LocalBuilder(
             max_workers=settings["builder_workers"], timeout_sec=settings["builder_timeout_s"],
             f_build=_make_f_build())
     else:
-        raise ValueError("builder must be 'inprocess' or 'local'")
+        raise ValueError(f"builder must be one of {', '.join(BUILDERS)}")
     runner = ms.runner.LocalRunner(
         timeout_sec=settings["runner_timeout_s"],
         evaluator_config=ms.runner.EvaluatorConfig(
@@ -582,6 +633,8 @@ def _tune_run(ms, tvm, w, mod, tvm_target, arm: dict, seed: int, run_dir: Path, 
     wall = time.time() - t0
     with contextlib.suppress(Exception):
         runner.pool.shutdown()
+    if hasattr(builder, "close"):
+        builder.close()
     lat = _read_run_records(run_dir)
     # seconds since the start at which each record's batch had been measured
     t_rec: list[float] = []
@@ -996,12 +1049,12 @@ def verify(
     min_samples: int = 16,
     remeasure_rounds: int = 5,
     remeasure_min_repeat_ms: int = 50,
-    builder: str = "inprocess",
+    builder: str = "pool",
     number: int = 3,
     repeat: int = 3,
     min_repeat_ms: int = 20,
     builder_workers: int | None = None,
-    builder_timeout_s: float = 120.0,
+    builder_timeout_s: float = 60.0,
     runner_timeout_s: float = 30.0,
     runs_dir: str | os.PathLike | None = None,
     command: str | None = None,
@@ -1036,7 +1089,7 @@ def verify(
                  min_samples=min_samples, remeasure_rounds=remeasure_rounds, builder=builder,
                  runs_dir=str(runs_dir) if runs_dir is not None else None)
     defaults = dict(baselines=list(BASELINES), target="auto", trials_per_iter=16, population_size=128, online=True,
-                    min_samples=16, remeasure_rounds=5, builder="inprocess", runs_dir=None)
+                    min_samples=16, remeasure_rounds=5, builder="pool", runs_dir=None)
     cmd = command or _default_command(model_dirs, workloads, trials, seed_list, out,
                                       {k: v for k, v in extra.items() if defaults.get(k) != v})
 
@@ -1153,7 +1206,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-online", action="store_true", help="do not fine-tune the models on measurements")
     p.add_argument("--min-samples", type=int, default=16)
     p.add_argument("--remeasure-rounds", type=int, default=5)
-    p.add_argument("--builder", default="inprocess", choices=["inprocess", "local"])
+    p.add_argument("--builder", default="pool", choices=list(BUILDERS),
+                   help="pool: one worker pool per run with a timeout (default); inprocess: no workers, no "
+                        "timeout (fast for tiny workloads); local: MetaSchedule's LocalBuilder")
     p.add_argument("--notes-file", default=None, help="markdown inserted into verify.md (e.g. how models were made)")
     p.add_argument("-q", "--quiet", action="store_true")
     a = p.parse_args(argv)

@@ -224,7 +224,7 @@ def test_adapter_features_equal_dataset_features(trained, tmp_path):
     target = tvm.target.Target(resolve_target("auto"))
     mod = _normalize_mod(build_prim_func_checked(w))
     settings = dict(trials=8, trials_per_iter=4, population_size=32, num_tuning_cores=1, online=True,
-                    min_samples=4, builder="inprocess", number=2, repeat=2, min_repeat_ms=10, builder_workers=1,
+                    min_samples=4, builder="pool", number=2, repeat=2, min_repeat_ms=10, builder_workers=1,
                     builder_timeout_s=120.0, runner_timeout_s=30.0)
     arm = {"type": "model", "label": "gbdt", "model": load_model(trained / "gbdt")}
     adapters: list = []
@@ -269,7 +269,7 @@ def test_short_verify_run(trained, tmp_path):
 
     out = tmp_path / "report"
     kw = dict(trials=8, seeds=1, out=out, trials_per_iter=4, population_size=32, min_samples=4,
-              remeasure_rounds=3, progress=False)
+              remeasure_rounds=3, builder="inprocess", progress=False)
     res = verify([trained / "gbdt", trained / "attn"], [_tiny_dense()], **kw)
     arms = ["gbdt", "attn", "xgb", "random"]
     assert res["arms"] == arms
@@ -277,6 +277,7 @@ def test_short_verify_run(trained, tmp_path):
         assert (out / f).stat().st_size > 0, f
     data = json.loads((out / "verify.json").read_text())
     assert data["complete"] and data["settings"]["num_tuning_cores"] == 1
+    assert data["settings"]["builder"] == "inprocess"
     (wl,) = data["workloads"]
     runs = wl["runs"]
     assert sorted(r["arm"] for r in runs) == sorted(arms)
