@@ -26,18 +26,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE_DIR = ROOT / "data" / "sample-cpu"
-HAS_TVM = importlib.util.find_spec("tvm") is not None
+from _tvm import HAS_TVM, tvm_importable  # noqa: E402
 
 
 def _tvm_importable() -> bool:
-    if not HAS_TVM:
-        return False
-    try:
-        import tvm  # noqa: F401
-        from tvm.s_tir import meta_schedule  # noqa: F401
-    except Exception:  # pragma: no cover - broken installs
-        return False
-    return True
+    return tvm_importable()
 
 
 needs_tvm = pytest.mark.skipif(not HAS_TVM or not _tvm_importable(), reason="apache-tvm is not importable")
