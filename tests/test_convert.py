@@ -251,3 +251,26 @@ def test_own_sample_metaschedule_names_and_classes(tmp_path):
     assert "unknown" not in set(recs["workload_name"])
     ops = operator_classes(recs)
     assert {"conv2d", "dense", "depthwise", "batch_matmul", "pooling", "softmax"} <= set(ops["op_class"])
+
+
+def test_shards_round_trip_the_canonical_schema_and_encodings(real_ds):
+    """Shards carry no embedded Arrow schema (4 kB a file), so the Parquet schema alone must give back every type of
+    RECORD_SCHEMA; high-entropy columns are stored without a dictionary and `line` with delta encoding."""
+    import pyarrow.parquet as pq
+
+    from tenset_curate.schema import RECORD_SCHEMA
+
+    out, _ = real_ds
+    shards = sorted((out / "records").rglob("*.parquet"))
+    assert shards
+    for f in shards[:5] + shards[-3:]:
+        pf = pq.ParquetFile(f)
+        assert b"ARROW:schema" not in (pf.metadata.metadata or {})
+        assert pf.schema_arrow == RECORD_SCHEMA, f
+        cols = {pf.metadata.row_group(0).column(i).path_in_schema: pf.metadata.row_group(0).column(i)
+                for i in range(pf.metadata.num_columns)}
+        assert "DELTA_BINARY_PACKED" in cols["line"].encodings
+        for c in ("record_id", "mean_cost", "costs.list.element"):
+            assert "RLE_DICTIONARY" not in cols[c].encodings and "PLAIN_DICTIONARY" not in cols[c].encodings, c
+        assert any("DICTIONARY" in e for e in cols["task_id"].encodings)
+        assert pq.read_table(f).schema == RECORD_SCHEMA
