@@ -88,36 +88,40 @@ def allocate(sizes: np.ndarray, keep_total: int, min_keep: int) -> np.ndarray:
 
 
 def _kmeans_pick(x: np.ndarray, k: int, rng: np.random.Generator, iters: int = 8) -> np.ndarray:
-    """Indices of the k points nearest k-means centres (k-means++ init, Lloyd iterations)."""
+    """Indices of the k points nearest k-means centres (k-means++ init, Lloyd iterations).
+
+    Vectorised: squared distances as |x|^2 - 2 x.c + |c|^2 (one matrix product), centre updates as an
+    assignment-matrix product, nearest-unpicked resolution over one argsort of the distance matrix."""
     n = len(x)
     if k >= n:
         return np.arange(n)
-    centres = [x[rng.integers(n)]]
-    d2 = ((x - centres[0]) ** 2).sum(1)
-    for _ in range(1, k):
-        p = d2 / d2.sum() if d2.sum() > 0 else None
-        c = x[rng.choice(n, p=p)]
-        centres.append(c)
-        d2 = np.minimum(d2, ((x - c) ** 2).sum(1))
-    c = np.stack(centres)
+    xx = (x * x).sum(1)
+    first = x[rng.integers(n)]
+    c = np.empty((k, x.shape[1]), x.dtype)
+    c[0] = first
+    d2 = np.maximum(xx - 2 * (x @ first) + first @ first, 0.0)
+    for j in range(1, k):
+        tot = d2.sum()
+        c[j] = x[rng.choice(n, p=d2 / tot)] if tot > 0 else x[rng.choice(n)]
+        d2 = np.minimum(d2, np.maximum(xx - 2 * (x @ c[j]) + c[j] @ c[j], 0.0))
+    rows = np.arange(n)
     for _ in range(iters):
-        dist = (x ** 2).sum(1)[:, None] - 2 * x @ c.T + (c ** 2).sum(1)[None]
-        a = dist.argmin(1)
-        for j in range(k):
-            m = a == j
-            if m.any():
-                c[j] = x[m].mean(0)
-    dist = (x ** 2).sum(1)[:, None] - 2 * x @ c.T + (c ** 2).sum(1)[None]
-    picked: list[int] = []
+        a = (xx[:, None] - 2 * (x @ c.T) + (c * c).sum(1)[None]).argmin(1)
+        cnt = np.bincount(a, minlength=k)
+        onehot = np.zeros((k, n), x.dtype)
+        onehot[a, rows] = 1.0
+        nz = cnt > 0
+        c[nz] = (onehot @ x)[nz] / cnt[nz, None]
+    dist = xx[:, None] - 2 * (x @ c.T) + (c * c).sum(1)[None]
+    order = np.argsort(dist, axis=0, kind="stable")  # column j: points by distance to centre j
+    picked = np.empty(k, np.int64)
     taken = np.zeros(n, bool)
-    for j in range(k):  # nearest unpicked point to each centre
-        order = np.argsort(dist[:, j], kind="stable")
-        for i in order:
-            if not taken[i]:
-                taken[i] = True
-                picked.append(int(i))
-                break
-    return np.array(sorted(picked))
+    for j in range(k):  # nearest unpicked point to each centre, centres in order
+        col = order[:, j]
+        i = col[np.argmax(~taken[col])]
+        taken[i] = True
+        picked[j] = i
+    return np.sort(picked)
 
 
 def _cluster_select(idx: np.ndarray, k: int, flat: np.ndarray, labels: np.ndarray, rng) -> np.ndarray:
