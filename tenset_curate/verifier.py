@@ -808,6 +808,81 @@ def _overall(per_wl: list[dict], arms: list[str]) -> dict:
     return out
 
 
+
+BASELINE_TRIAL_SHARE = 0.40  # issue #7: trained models reach the baselines' final latency in <= 40% of their trials
+PRUNED_WITHIN = 0.05  # issue #7: the pruned-data model within 5% of the full-data model's final latency
+
+
+def _model_pairs(model_labels: list[str]) -> list[tuple[str, str]]:
+    """(full, pruned) arm pairs by label: ``<name>-full`` with ``<name>-pruned``."""
+    return [(a, a[: -len("-full")] + "-pruned") for a in model_labels
+            if a.endswith("-full") and a[: -len("-full")] + "-pruned" in model_labels]
+
+
+def _acceptance(per_wl: list[dict], model_labels: list[str], baselines: list[str], trials: int) -> dict:
+    """The two checks of issue #7, from the run data.
+
+    1. Speed-up over the baselines: for each workload, seed, model arm ``a`` and baseline ``b``, the first trial
+       at which ``a``'s best database latency is at or below ``b``'s final best database latency (same workload,
+       same seed), as a share of ``b``'s trials (``None`` = never reached within the budget; counts as > 1).
+       Reported as the median share per (arm, baseline) and the number of runs at or under 40%.
+    2. Pruned vs full data: for each ``<name>-full`` / ``<name>-pruned`` pair, the geometric mean over workloads
+       of (mean re-measured final latency of the pruned arm) / (that of the full arm); passes at <= 1.05.
+    """
+    share: dict = {}
+    for a in model_labels:
+        for b in baselines:
+            vals = []
+            for wl in per_wl:
+                runs = {(r["arm"], r["seed"]): r for r in wl["runs"]}
+                for (arm, seed), rb in runs.items():
+                    if arm != b or (a, seed) not in runs or not rb["final_db_latency_s"]:
+                        continue
+                    ra = runs[(a, seed)]
+                    tr, _ = _trials_to(ra["best_so_far_s"], ra["t_s"], rb["final_db_latency_s"])
+                    vals.append(None if tr is None else tr / max(rb["n_trials"], 1))
+            finite = [v for v in vals if v is not None]
+            share[f"{a} vs {b}"] = {
+                "arm": a, "baseline": b, "n": len(vals), "shares": vals,
+                "median_share": _median_with_inf(vals),
+                "within_share": sum(v <= BASELINE_TRIAL_SHARE for v in finite),
+                "reached": len(finite),
+            }
+    pairs = []
+    for full, pruned in _model_pairs(model_labels):
+        rats = []
+        for wl in per_wl:
+            lf = wl["metrics"]["arms"][full]["latency_s"]["mean"]
+            lp = wl["metrics"]["arms"][pruned]["latency_s"]["mean"]
+            if lf and lp:
+                rats.append(lp / lf)
+        g = _geomean(rats)
+        pairs.append({"full": full, "pruned": pruned, "per_workload": rats, "geomean": g,
+                      "passes": g is not None and g <= 1 + PRUNED_WITHIN})
+    return {"trials": trials, "share_limit": BASELINE_TRIAL_SHARE, "baseline_share": share, "pruned_vs_full": pairs}
+
+
+def _acceptance_md(acc: dict) -> list[str]:
+    lim = acc["share_limit"]
+    lines = ["## The issue's two checks", "",
+             f"**Trials to the baselines' final latency.** For each workload and seed: the first trial at which the "
+             f"model's best latency reaches the baseline's final best latency (same seed), as a share of the "
+             f"baseline's {acc['trials']} trials. Goal: at most {lim:.0%}.", "",
+             f"| model | baseline | median share of trials | runs at <= {lim:.0%} | runs that reached it at all |",
+             "|---|---|---|---|---|"]
+    for v in acc["baseline_share"].values():
+        med = v["median_share"]
+        lines.append(f"| `{v['arm']}` | `{v['baseline']}` | {'not reached' if med is None else f'{med:.0%}'} | "
+                     f"{v['within_share']}/{v['n']} | {v['reached']}/{v['n']} |")
+    lines += ["", f"**Pruned vs full training data.** Geometric mean over workloads of the pruned-data model's mean "
+              f"re-measured final latency over the full-data model's. Goal: at most {1 + PRUNED_WITHIN:.2f}.", "",
+              "| pair | geomean latency ratio | per workload | within 5% |", "|---|---|---|---|"]
+    for p in acc["pruned_vs_full"]:
+        per = ", ".join(f"{x:.3f}" for x in p["per_workload"])
+        g = "n/a" if p["geomean"] is None else f"{p['geomean']:.3f}"
+        lines.append(f"| `{p['pruned']}` / `{p['full']}` | {g} | {per} | {'yes' if p['passes'] else 'no'} |")
+    return lines + [""]
+
 # ============================================================================================
 # report
 # ============================================================================================
@@ -946,7 +1021,11 @@ def _report_md(res: dict, figures: list[str]) -> str:
             f"{o['worst_ratio'] or float('nan'):.3f} | {o['reached_5pct']}/{o['n_runs']} | "
             f"{_fmt_med(o['trials_to_5pct_median'], T)} | {_fmt_med(o['seconds_to_5pct_median'], None, ' s')} | "
             f"{o['best_mean_ratio_on']}/{len(res['workloads'])} workloads |")
-    lines += ["", "## Per workload", ""]
+    if res.get("acceptance"):
+        lines += [""] + _acceptance_md(res["acceptance"])
+    else:
+        lines.append("")
+    lines += ["## Per workload", ""]
     for wl in res["workloads"]:
         m = wl["metrics"]
         lines += [f"### {wl['name']}", "",
@@ -1150,6 +1229,7 @@ def verify(
             "arms": arm_labels, "baselines": list(baselines),
             "models": [{k: v for k, v in a.items() if k not in ("model", "type")} for a in models],
             "runs_dir": str(runs_root), "workloads": per_wl, "overall": _overall(per_wl, arm_labels),
+            "acceptance": _acceptance(per_wl, [m["label"] for m in models], list(baselines), settings["trials"]),
         }
         # after every workload: the report so far (an interrupted verify leaves a partial report; rerun
         # the same command to resume: finished runs are reused)
@@ -1179,6 +1259,22 @@ def _write_report(out: Path, res: dict, per_wl: list[dict], arm_labels: list[str
     tmp = out / "verify.md.tmp"
     tmp.write_text(md, encoding="utf-8")
     os.replace(tmp, out / "verify.md")
+
+
+def rerender(out: str | os.PathLike = "reports") -> str:
+    """Rewrite ``<out>/verify.md`` and its plots from ``<out>/verify.json`` (no tuning): recomputes the metrics
+    and the issue's checks from the stored runs. Returns the report path."""
+    out = Path(out)
+    res = json.loads((out / "verify.json").read_text(encoding="utf-8"))
+    per_wl = res["workloads"]
+    for wl in per_wl:
+        wl["metrics"] = _workload_metrics(wl["runs"], res["arms"])
+    res["overall"] = _overall(per_wl, res["arms"])
+    res["acceptance"] = _acceptance(per_wl, [m["label"] for m in res["models"]], res["baselines"],
+                                    res["settings"]["trials"])
+    n = len(per_wl) if res.get("complete") else len(per_wl) + 1
+    _write_report(out, res, per_wl, res["arms"], n)
+    return str(out / "verify.md")
 
 
 def _mtime(d: str) -> int | None:
@@ -1211,7 +1307,12 @@ def main(argv: list[str] | None = None) -> int:
                         "timeout (fast for tiny workloads); local: MetaSchedule's LocalBuilder")
     p.add_argument("--notes-file", default=None, help="markdown inserted into verify.md (e.g. how models were made)")
     p.add_argument("-q", "--quiet", action="store_true")
+    p.add_argument("--rerender", action="store_true",
+                   help="only rewrite verify.md and the plots from <out>/verify.json (no tuning)")
     a = p.parse_args(argv)
+    if a.rerender:
+        print(rerender(a.out))
+        return 0
     logging.basicConfig(level=logging.WARNING if a.quiet else logging.INFO,
                         format="%(asctime)s %(name)s %(message)s")
     seeds: Any = int(a.seeds) if a.seeds.isdigit() else [int(s) for s in a.seeds.split(",") if s.strip()]

@@ -257,6 +257,66 @@ def test_adapter_features_equal_dataset_features(trained, tmp_path):
 
 @pytest.mark.tvm
 @needs_tvm
+@pytest.mark.parametrize("kind", ["gbdt", "attn"])
+def test_adapter_predict_update_refit(trained, tmp_path, kind):
+    """predict / update / online refit / save on real candidates (replayed records of data/sample-cpu, one
+    workload), called through MetaSchedule's CostModel API: scores positive and in the model's order, refits only from min_samples on,
+    the refit model ranks the measurements better than chance, save writes the measurements."""
+    import base64
+
+    import tvm
+    from tvm.s_tir import Schedule
+    from tvm.s_tir import meta_schedule as ms
+    from tvm.s_tir.schedule import Trace
+
+    from tenset_curate import verifier as V
+    from tenset_curate.collect import _register_x86_intrinsics_only
+
+    _register_x86_intrinsics_only()
+    wl = _db_lines(SAMPLE_DIR, "database_workload.json")
+    recs = [json.loads(ln) for ln in _db_lines(SAMPLE_DIR, "database_tuning_record.json")[:600]]
+    widx = recs[0][0]
+    recs = [r for r in recs if r[0] == widx and r[1][1] and max(r[1][1]) < 1e9][:40]
+    mod = tvm.ir.load_json(base64.b64decode(json.loads(wl[widx])[1])[8:].decode())
+    cands = []
+    for _, rec in recs:
+        sch = Schedule(mod)
+        Trace.apply_json_to_schedule(rec[0], sch)
+        cands.append(ms.MeasureCandidate(sch, ms.arg_info.ArgInfo.from_entry_func(sch.mod)))
+    secs = [float(np.mean(r[1][1])) for r in recs]
+    results = [ms.runner.RunnerResult(run_secs=[s], error_msg=None) for s in secs]
+    from tenset_curate.collect import resolve_target
+
+    ctx = ms.TuneContext(mod=mod, target=tvm.target.Target(resolve_target("auto")), task_name="t")
+    ad = V.ranker_cost_model(trained / kind, min_samples=16, label=kind)
+    base_raw = ad.base.predict(V._model_inputs(V.featurize_traces([r[1][0] for r in recs])))
+    scores = ad.predict(ctx, cands)
+    assert scores.dtype == np.float64 and scores.shape == (len(cands),) and (scores > 0).all()
+    order = np.argsort(base_raw, kind="stable")
+    assert (np.diff(scores[order]) >= 0).all()  # the positive map keeps the model's order
+    ad.update(ctx, cands[:8], results[:8])
+    assert ad.n_refits == 0 and ad.active is ad.base  # fewer than min_samples measurements
+    failed = ms.runner.RunnerResult(run_secs=None, error_msg="boom")
+    ad.update(ctx, cands[8:9], [failed])
+    ad.update(ctx, cands[9:], results[9:])
+    st = ad.stats()
+    assert st["n_measured"] == len(cands) and st["n_valid"] == len(cands) - 1 and st["n_refits"] == 1
+    assert ad.active is not ad.base
+    from tenset_curate.metrics import evaluate_predictions
+
+    d = ad._measured_arrays()
+    refit_pca = evaluate_predictions(d["task_ids"], d["labels"], ad.active.predict(V._model_inputs(d)))["pca"]
+    base_pca = evaluate_predictions(d["task_ids"], d["labels"], ad.base.predict(V._model_inputs(d)))["pca"]
+    assert refit_pca > 0.5 and refit_pca >= base_pca - 0.05, (refit_pca, base_pca)
+    assert (ad.predict(ctx, cands) > 0).all()
+    ad.save(str(tmp_path / "cm" / "state"))
+    saved = np.load(tmp_path / "cm" / "state.npz")
+    assert saved["secs"].shape == (len(cands),) and np.isinf(saved["secs"]).sum() == 1
+    assert json.loads((tmp_path / "cm" / "state.json").read_text())["n_refits"] == 1
+
+
+@pytest.mark.tvm
+@needs_tvm
 def test_short_verify_run(trained, tmp_path):
     from tenset_curate.verifier import verify
 
@@ -307,3 +367,36 @@ def test_short_verify_run(trained, tmp_path):
     assert {(r["arm"], r["seed"]): r["t_s"] for r in data2["workloads"][0]["runs"]} == before
     assert res2["wall_seconds"] < res["wall_seconds"]
     shutil.rmtree(out / "verify-runs")
+
+
+def test_acceptance_shares_and_pruned_pairs():
+    """The issue's checks computed from run curves: trials a model needs to reach a baseline's final latency (same
+    seed) as a share of the baseline's trials, and the pruned/full latency ratio per pair."""
+    from tenset_curate import verifier as V
+
+    def run(arm, seed, lat):
+        bsf = V._best_so_far(lat)
+        return {"arm": arm, "seed": seed, "n_trials": len(lat), "best_so_far_s": bsf, "t_s": list(range(len(lat))),
+                "final_db_latency_s": bsf[-1], "remeasured_latency_s": bsf[-1], "wall_s": 1.0,
+                "cost_model": {}}
+
+    runs = [
+        run("m-full", 0, [5, 4, 2, 2, 2, 2, 2, 2, 2, 2]),   # reaches random's 3.0 at trial 3 -> 30%
+        run("m-pruned", 0, [5, 5, 5, 5, 5, 3, 3, 3, 3, 1]),  # reaches 3.0 at trial 6 -> 60%
+        run("random", 0, [6, 6, 5, 4, 3, 3, 3, 3, 3, 3]),
+        run("m-full", 1, [9, 9, 9, 9, 9, 9, 9, 9, 9, 9]),   # never reaches random's 4.0
+        run("m-pruned", 1, [4, 4, 4, 4, 4, 4, 4, 4, 4, 4]),  # trial 1 -> 10%
+        run("random", 1, [7, 6, 5, 4, 4, 4, 4, 4, 4, 4]),
+    ]
+    wl = {"runs": runs, "metrics": V._workload_metrics(runs, ["m-full", "m-pruned", "random"])}
+    acc = V._acceptance([wl], ["m-full", "m-pruned"], ["random"], 10)
+    full = acc["baseline_share"]["m-full vs random"]
+    assert full["shares"] == [0.3, None] and full["within_share"] == 1 and full["reached"] == 1
+    pruned = acc["baseline_share"]["m-pruned vs random"]
+    assert sorted(pruned["shares"]) == [0.1, 0.6] and pruned["within_share"] == 1
+    assert pruned["median_share"] == pytest.approx(0.35)
+    (pair,) = acc["pruned_vs_full"]
+    # mean final latency: full (2 + 9) / 2 = 5.5, pruned (1 + 4) / 2 = 2.5
+    assert pair["geomean"] == pytest.approx(2.5 / 5.5) and pair["passes"]
+    md = "\n".join(V._acceptance_md(acc))
+    assert "| `m-pruned` | `random` | 35% | 1/2 | 2/2 |" in md
