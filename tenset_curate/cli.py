@@ -265,8 +265,9 @@ def verify(
 def run_pipeline(
     pipeline: Path = typer.Argument(..., help="a pipelines/*.toml file"),
     set_: List[str] = typer.Option([], "--set", help="override: step.param=value"),
-    executor: str = typer.Option("local", help="local | ray"),
-    workers: int = typer.Option(1),
+    executor: str = typer.Option("local", help="local (processes) | ray (a local Ray instance, or --address)"),
+    address: Optional[str] = typer.Option(None, help="Ray cluster to connect to, e.g. auto (implies --executor ray)"),
+    workers: int = typer.Option(1, help="worker processes (local), or CPUs of the local Ray instance"),
     from_step: Optional[str] = typer.Option(None, "--from", help="redo this step and the ones after it"),
     dry_run: bool = typer.Option(False, "--dry-run"),
     json_out: bool = typer.Option(False, "--json"),
@@ -276,7 +277,7 @@ def run_pipeline(
 
     try:
         s = run(pipeline, overrides=set_, executor=executor, workers=workers, from_step=from_step,
-                dry_run=dry_run, log=_log)
+                dry_run=dry_run, log=_log, address=address)
     except PipelineError as e:
         _fail(str(e))
     if json_out:

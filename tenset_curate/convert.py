@@ -25,13 +25,13 @@ import os
 import re
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
 
 from . import __version__
+from .executors import map_unordered
 from .readers import (
     FileStats,
     InputError,
@@ -231,11 +231,13 @@ def load_manifest(out: Path) -> dict:
 
 
 def convert(inputs: list, out: Path, hardware: str | None = None, workers: int = 1, progress: bool = False,
-            log=None, wait: bool = False) -> dict:
+            log=None, wait: bool = False, executor: str = "local", address: str | None = None) -> dict:
     """Convert logs into the dataset at ``out``. Returns a summary dict (what ``--json`` prints).
 
     Unchanged inputs (same size, mtime and sha256 as in the manifest) are skipped; new or changed ones are
     converted; a killed run resumes. Input lines = rows + quarantined + comments is checked for every file.
+    ``executor`` (``local`` | ``ray``, see executors.py) and ``workers`` decide where the per-input work runs;
+    the output is the same either way.
     """
     out = Path(out)
     log = log or (lambda msg: None)
@@ -275,14 +277,9 @@ def convert(inputs: list, out: Path, hardware: str | None = None, workers: int =
             last_save = time.monotonic()
             args = [(u, key, str(out), hardware) for u, key, _ in todo]
             meta = {u.label: (key, fp) for u, key, fp in todo}
-            if workers <= 1:
-                results = (_worker(a) for a in args)
-            else:
-                pool = ProcessPoolExecutor(max_workers=workers)
-                # biggest first keeps both workers busy to the end
-                order = sorted(args, key=lambda a: -sum(p.stat().st_size for p in a[0].paths))
-                futs = [pool.submit(_worker, a) for a in order]
-                results = (f.result() for f in as_completed(futs))
+            # one item per input; in parallel runs the biggest go first, which keeps every worker busy to the end
+            results = map_unordered(_worker, args, executor=executor, workers=workers, address=address,
+                                    cost=lambda a: sum(p.stat().st_size for p in a[0].paths))
             try:
                 for label, res, err in results:
                     key, fp = meta[label]
@@ -303,8 +300,8 @@ def convert(inputs: list, out: Path, hardware: str | None = None, workers: int =
                         atomic_write_json(out / MANIFEST, manifest)
                         last_save = time.monotonic()
             finally:
-                if workers > 1:
-                    pool.shutdown(cancel_futures=True)
+                if hasattr(results, "close"):
+                    results.close()
                 bar.close()
         removed = _remove_orphans(out, manifest)
         atomic_write_json(out / MANIFEST, manifest)

@@ -8,8 +8,8 @@ A pipeline file names a work directory and, in order, the steps it runs, each a 
     steps = ["convert", "splits", "prune", "train", "evaluate", "report"]
 
     [convert]
-    inputs = ["data/sample-cpu"]         # input paths may be anywhere (they are read, never written)
-    ...
+    inputs = ["data/sample-cpu"]         # input paths may be anywhere (they are read, never written);
+    ...                                  # "@collect" is the collect step's output folder
 
 Each step's output lives in ``workdir/<step>/`` and is keyed by the hash of its parameters, the keys of the steps
 before it and the code version (a hash of the package's source). A step whose key matches ``workdir/state.json``
@@ -17,6 +17,17 @@ and whose outputs exist is skipped and says so; a killed run resumes at the firs
 resumes inside the step from its finished shards. Step outputs are written atomically and deterministically, so an
 interrupted-then-resumed run ends byte-identical to an uninterrupted one. Every run writes ``summary.json`` and
 ``summary.md`` (time, rows in/out and peak memory per step).
+
+Executors (``executor="local" | "ray"``, ``workers``, ``address``; see executors.py) decide where ``convert``'s
+per-input work runs; the executor is not part of any step key because the outputs do not depend on it (a run on Ray
+after a local one skips every step). ``prune`` runs in this process whatever the executor: its selection draws one
+random stream across all (hardware, task) groups in order and allocates the kept budget across groups with a
+global largest remainder, so splitting it by task would change which records it keeps.
+
+``collect`` (MetaSchedule tuning, ``tenset_curate.collect.collect``) and ``verify`` (``tenset_curate.verifier.verify``)
+need TVM. Their keys use the code version of the modules they run (not the whole package), so editing, say, the
+readers does not re-run hours of tuning. Both resume inside the step (collect tops up workloads, verify reuses
+finished runs) while their key is unchanged; a changed key starts them afresh.
 """
 from __future__ import annotations
 
@@ -24,24 +35,32 @@ import copy
 import hashlib
 import resource
 import shutil
+import sys
 import time
 import tomllib
 from pathlib import Path
 
 import orjson
 
-from .storage import OutputError, atomic_write_json, atomic_write_text, dataset_lock, safe_join
+from .executors import ExecutorError, check_executor
+from .storage import OutputError, atomic_write_bytes, atomic_write_json, atomic_write_text, dataset_lock, safe_join
 
-STEPS = ["convert", "splits", "prune", "train", "evaluate", "report"]
+STEPS = ["collect", "convert", "splits", "prune", "train", "evaluate", "verify", "report"]
+# steps whose key uses the code version of these modules only (expensive TVM steps: see the module docstring)
+STEP_CODE = {"collect": ["collect.py", "workloads.py"],
+             "verify": ["verifier.py", "collect.py", "workloads.py", "model.py", "features.py", "readers.py",
+                        "fast_steps.py", "schema.py"]}
 
 
 class PipelineError(ValueError):
     pass
 
 
-def code_version() -> str:
+def code_version(files: list[str] | None = None) -> str:
+    """A hash of the package's source (or of the named modules only)."""
     h = hashlib.sha256()
-    for p in sorted(Path(__file__).parent.glob("*.py")):
+    pkg = Path(__file__).parent
+    for p in sorted(pkg.glob("*.py")) if files is None else [pkg / f for f in sorted(files)]:
         h.update(p.name.encode())
         h.update(p.read_bytes())
     return h.hexdigest()[:16]
@@ -86,17 +105,19 @@ def _peak_rss_mb() -> float:
 
 
 def run(pipeline: Path, overrides: list[str] | None = None, executor: str = "local", workers: int = 1,
-        from_step: str | None = None, dry_run: bool = False, log=None, cwd: Path | None = None) -> dict:
-    """Run (or resume) a pipeline. Returns the run summary."""
+        from_step: str | None = None, dry_run: bool = False, log=None, cwd: Path | None = None,
+        address: str | None = None) -> dict:
+    """Run (or resume) a pipeline. Returns the run summary.
+
+    ``executor``: ``local`` (processes) or ``ray``; ``workers``: processes, or Ray CPUs for a local Ray instance;
+    ``address``: a Ray cluster to connect to (``"auto"``), implies ``executor="ray"``."""
     log = log or (lambda m: None)
-    if executor == "ray":
-        try:
-            import ray  # noqa: F401
-        except ImportError:
-            raise PipelineError("the ray executor needs Ray: pip install 'tenset-curate[ray]'") from None
-        raise PipelineError("the ray executor is not implemented yet; use --executor local")
-    if executor != "local":
-        raise PipelineError(f"unknown executor {executor!r} (local | ray)")
+    if address and executor == "local":
+        executor = "ray"
+    try:
+        check_executor(executor)
+    except ExecutorError as e:
+        raise PipelineError(str(e)) from None
     cfg = load_pipeline(pipeline, overrides)
     base = Path(cwd or Path.cwd())
     try:
@@ -116,8 +137,9 @@ def run(pipeline: Path, overrides: list[str] | None = None, executor: str = "loc
         for step in steps:
             params = copy.deepcopy(cfg.get(step, {}))
             if step == "convert":  # the inputs' state is part of the key (convert itself is incremental)
-                params["_inputs"] = _fingerprint(_resolve_inputs(params.get("inputs", []), base))
-            key = hashlib.sha256(orjson.dumps([step, params, prev_key, cv], option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
+                params["_inputs"] = _fingerprint(_resolve_inputs(params.get("inputs", []), base, workdir))
+            scv = code_version(STEP_CODE[step]) if step in STEP_CODE else cv
+            key = hashlib.sha256(orjson.dumps([step, params, prev_key, scv], option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
             prev_key = key
             out = workdir / step
             redo = redo or (from_step == step)
@@ -134,15 +156,17 @@ def run(pipeline: Path, overrides: list[str] | None = None, executor: str = "loc
             log(f"{step}: running (key {key})")
             t0 = time.perf_counter()
             try:
-                info = STEP_FUNCS[step](params, workdir, base, workers, log)
-            except (ValueError, FileNotFoundError, OutputError) as e:
+                info = STEP_FUNCS[step](params, workdir, base, workers, log,
+                                        {"executor": executor, "address": address, "key": key})
+            except (ValueError, FileNotFoundError, KeyError, OutputError) as e:
                 raise PipelineError(f"step {step} failed: {e}") from e
             secs = round(time.perf_counter() - t0, 2)
             state[step] = {"key": key, "summary": info.get("summary", "")}
             atomic_write_json(state_p, state)
             results.append({"step": step, "status": "ran", "key": key, "seconds": secs, "peak_rss_mb": _peak_rss_mb(),
                             **{k: v for k, v in info.items() if k in ("rows_in", "rows_out", "summary")}})
-        summary = {"pipeline": str(pipeline), "workdir": str(workdir), "code_version": cv, "steps": results}
+        summary = {"pipeline": str(pipeline), "workdir": str(workdir), "code_version": cv, "executor": executor,
+                   "workers": workers, "steps": results}
         if not dry_run:
             atomic_write_json(workdir / "summary.json", summary)
             md = ["| step | status | seconds | rows in | rows out | peak RSS MB | summary |",
@@ -164,9 +188,15 @@ def _fingerprint(paths: list[Path]) -> str:
     return h.hexdigest()[:16]
 
 
-def _resolve_inputs(paths: list[str], base: Path) -> list[Path]:
+def _resolve_inputs(paths: list[str], base: Path, workdir: Path | None = None) -> list[Path]:
+    """Input paths: absolute, relative to ``base``, or ``@step`` for an earlier step's output folder."""
     out = []
     for p in paths:
+        if isinstance(p, str) and p.startswith("@"):
+            if workdir is None or p[1:] not in STEPS:
+                raise ValueError(f"input {p!r}: '@' names a step's output ({', '.join(STEPS)})")
+            out.append(workdir / p[1:])
+            continue
         q = Path(p)
         out.append(q if q.is_absolute() else base / q)
     return out
@@ -178,14 +208,83 @@ def _fresh(d: Path) -> Path:
     return d
 
 
-def step_convert(p: dict, workdir: Path, base: Path, workers: int, log) -> dict:
+def _resumable(d: Path, key: str) -> Path:
+    """The step folder, kept when a run with the same key left it (the step resumes inside), else emptied."""
+    marker = d / ".step-key"
+    if not (marker.exists() and marker.read_text().strip() == key):
+        _fresh(d)
+        d.mkdir(parents=True)
+        atomic_write_text(marker, key + "\n")
+    return d
+
+
+def _allowed_kwargs(fn, p: dict, skip: tuple) -> dict:
+    """The parameters of a step table that ``fn`` accepts as keywords (an unknown one is an error)."""
+    import inspect
+
+    names = set(inspect.signature(fn).parameters)
+    bad = sorted(k for k in p if k not in names and k not in skip)
+    if bad:
+        raise ValueError(f"unknown parameter(s) {bad} for {fn.__module__}.{fn.__name__}")
+    return {k: v for k, v in p.items() if k in names and k not in skip}
+
+
+def step_collect(p: dict, workdir: Path, base: Path, workers: int, log, exe: dict) -> dict:
+    """MetaSchedule tuning on this machine into ``workdir/collect`` (a MetaSchedule JSON database)."""
+    from .collect import collect
+
+    p = dict(p)
+    workloads = p.pop("workloads", "sample")
+    trials = int(p.pop("trials", 32))
+    kw = _allowed_kwargs(collect, p, skip=())
+    kw.setdefault("keep_logs", False)  # MetaSchedule's task logs: not data, and large
+    kw.setdefault("progress", sys.stderr.isatty())
+    out = _resumable(workdir / "collect", exe["key"])
+    s = collect(workloads, trials, out, **kw)
+    return {"rows_out": s.get("n_records"),
+            "summary": f"{s.get('n_workloads')} workloads, {s.get('n_records')} records "
+                       f"({s.get('n_failed')} failed), tuned {s.get('tune_seconds')} s"}
+
+
+def step_verify(p: dict, workdir: Path, base: Path, workers: int, log, exe: dict) -> dict:
+    """Tune ``workloads`` with the trained models (``train/<name>``; ``models`` picks some) and MetaSchedule's
+    baselines as cost models; the report goes to ``workdir/verify`` (and is copied to ``out`` if given)."""
+    from .verifier import verify
+
+    p = dict(p)
+    names = p.pop("models", None)
+    trained = sorted(d.name for d in (workdir / "train").iterdir() if d.is_dir()) if (workdir / "train").exists() else []
+    names = trained if names is None else list(names)
+    missing = [n for n in names if n not in trained]
+    if missing:
+        raise ValueError(f"[verify] models {missing} were not trained (train/ holds {trained})")
+    workloads = p.pop("workloads", "heldout")
+    trials = int(p.pop("trials", 16))
+    seeds = p.pop("seeds", 1)
+    copy_to = p.pop("out", None)
+    kw = _allowed_kwargs(verify, p, skip=())
+    kw.setdefault("progress", sys.stderr.isatty())
+    out = _resumable(workdir / "verify", exe["key"])
+    kw.setdefault("runs_dir", out / "runs")
+    s = verify([workdir / "train" / n for n in names], workloads, trials, seeds, out, **kw)
+    if copy_to:
+        dest = safe_join(base, copy_to)
+        for f in [out / "verify.md", out / "verify.json", *map(Path, s["figures"])]:
+            atomic_write_bytes(dest / f.name, f.read_bytes())
+    ratios = "; ".join(f"{a} {v['geomean_ratio']:.3f}" if v.get("geomean_ratio") else f"{a} -"
+                       for a, v in s["overall"].items())
+    return {"summary": f"{len(s['workloads'])} workloads x {len(s['arms'])} arms x {len(s['seeds'])} seeds, "
+                       f"{s['trials']} trials; geomean latency ratio to the best run: {ratios}"}
+
+
+def step_convert(p: dict, workdir: Path, base: Path, workers: int, log, exe: dict) -> dict:
     from .convert import convert
 
     p = {k: v for k, v in p.items() if k != "_inputs"}
     if not p.get("inputs"):
         raise ValueError("[convert] needs inputs")
-    s = convert(_resolve_inputs(p["inputs"], base), workdir / "convert", hardware=p.get("hardware"),
-                workers=int(p.get("workers", workers)), log=log)
+    s = convert(_resolve_inputs(p["inputs"], base, workdir), workdir / "convert", hardware=p.get("hardware"),
+                workers=int(p.get("workers", workers)), log=log, executor=exe["executor"], address=exe["address"])
     t = s["totals"]
     if not t["balanced"] or s["inputs_failed"]:
         raise ValueError(f"convert: unbalanced counts or failed inputs: {s['errors']}")
@@ -193,7 +292,7 @@ def step_convert(p: dict, workdir: Path, base: Path, workers: int, log) -> dict:
             "summary": f"{t['rows']} rows, {t['quarantined']} quarantined, {s['inputs']} inputs"}
 
 
-def step_splits(p: dict, workdir: Path, base: Path, workers: int, log) -> dict:
+def step_splits(p: dict, workdir: Path, base: Path, workers: int, log, exe: dict) -> dict:
     from .splits import write_split
 
     ds = workdir / "convert"
@@ -208,7 +307,7 @@ def step_splits(p: dict, workdir: Path, base: Path, workers: int, log) -> dict:
     return {"summary": "; ".join(made)}
 
 
-def step_prune(p: dict, workdir: Path, base: Path, workers: int, log) -> dict:
+def step_prune(p: dict, workdir: Path, base: Path, workers: int, log, exe: dict) -> dict:
     from .prune import prune
 
     s = prune(workdir / "convert", _fresh(workdir / "prune"), float(p.get("ratio", 0.45)), p.get("method", "hybrid"),
@@ -233,7 +332,7 @@ def _train_frames(workdir: Path, split: str, pruned: bool):
     return df
 
 
-def step_train(p: dict, workdir: Path, base: Path, workers: int, log) -> dict:
+def step_train(p: dict, workdir: Path, base: Path, workers: int, log, exe: dict) -> dict:
     from .training import data_hash, fit_on_frame
 
     out = _fresh(workdir / "train")
@@ -250,7 +349,7 @@ def step_train(p: dict, workdir: Path, base: Path, workers: int, log) -> dict:
     return {"summary": ", ".join(trained)}
 
 
-def step_evaluate(p: dict, workdir: Path, base: Path, workers: int, log) -> dict:
+def step_evaluate(p: dict, workdir: Path, base: Path, workers: int, log, exe: dict) -> dict:
     import polars as pl
 
     from .features import FEATURE_VERSION
@@ -275,7 +374,7 @@ def step_evaluate(p: dict, workdir: Path, base: Path, workers: int, log) -> dict
     return {"summary": "; ".join(f"{k} PCA {v['pca']:.3f}" for k, v in res.items())}
 
 
-def step_report(p: dict, workdir: Path, base: Path, workers: int, log) -> dict:
+def step_report(p: dict, workdir: Path, base: Path, workers: int, log, exe: dict) -> dict:
     res = orjson.loads((workdir / "evaluate" / "metrics.json").read_bytes())
     prune_info = orjson.loads((workdir / "prune" / "prune.json").read_bytes()) if (workdir / "prune").exists() else {}
     lines = [f"# {p.get('title', 'Pipeline report')}", "",
@@ -294,5 +393,5 @@ def step_report(p: dict, workdir: Path, base: Path, workers: int, log) -> dict:
     return {"summary": f"wrote {p.get('out') or workdir / 'report' / 'report.md'}"}
 
 
-STEP_FUNCS = {"convert": step_convert, "splits": step_splits, "prune": step_prune, "train": step_train,
-              "evaluate": step_evaluate, "report": step_report}
+STEP_FUNCS = {"collect": step_collect, "convert": step_convert, "splits": step_splits, "prune": step_prune,
+              "train": step_train, "evaluate": step_evaluate, "verify": step_verify, "report": step_report}

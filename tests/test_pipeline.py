@@ -122,6 +122,53 @@ def test_path_traversal_refused(project):
         run(bad, cwd=project)
 
 
+def _ray_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("ray") is not None
+
+
+@pytest.mark.skipif(_ray_installed(), reason="ray is installed (tests/test_ray.py runs it for real)")
 def test_ray_executor_says_how_to_install(project):
-    with pytest.raises(PipelineError, match="ray"):
+    with pytest.raises(PipelineError, match=r"pip install 'tenset-curate\[ray\]'"):
         run(project / "p.toml", cwd=project, executor="ray")
+
+
+def test_ray_missing_error_via_cli(project):
+    """Ray hidden from a fresh interpreter (installed or not): the CLI fails before any work and says how to
+    install it."""
+    code = ("import sys; sys.modules['ray'] = None; from tenset_curate.cli import app; "
+            "sys.argv = ['curate', 'run', 'p.toml', '--executor', 'ray']; app()")
+    r = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert r.returncode == 2
+    assert "pip install 'tenset-curate[ray]'" in r.stderr
+    assert not (project / "runs").exists()
+
+
+def test_unknown_executor_refused(project):
+    with pytest.raises(PipelineError, match="unknown executor 'dask'"):
+        run(project / "p.toml", cwd=project, executor="dask")
+
+
+def test_verify_pipeline_dry_run_and_step_inputs(tmp_path):
+    """pipelines/verify.toml parses and plans collect -> convert -> splits -> train -> verify without TVM; convert's
+    '@collect' input is the collect step's folder; an unknown collect/verify parameter is an error."""
+    from tenset_curate.pipeline import _allowed_kwargs, _resolve_inputs, load_pipeline
+
+    s = run(REPO / "pipelines" / "verify.toml", cwd=tmp_path, dry_run=True)
+    assert [(r["step"], r["status"]) for r in s["steps"]] == [
+        ("collect", "would run"), ("convert", "would run"), ("splits", "would run"), ("train", "would run"),
+        ("verify", "would run")]
+    assert not (tmp_path / "runs" / "verify" / "collect").exists()
+    cfg = load_pipeline(REPO / "pipelines" / "verify.toml", ["verify.trials=8", "collect.workloads=['x']"])
+    assert cfg["verify"]["trials"] == 8 and cfg["collect"]["workloads"] == ["x"]
+    assert _resolve_inputs(["@collect"], tmp_path, tmp_path / "w") == [tmp_path / "w" / "collect"]
+    with pytest.raises(ValueError, match="names a step"):
+        _resolve_inputs(["@nope"], tmp_path, tmp_path / "w")
+    from tenset_curate.collect import collect
+    from tenset_curate.verifier import verify
+
+    assert _allowed_kwargs(collect, {"seed": 1, "trials_per_iter": 8}, skip=()) == {"seed": 1, "trials_per_iter": 8}
+    with pytest.raises(ValueError, match="unknown parameter"):
+        _allowed_kwargs(verify, {"trails": 8}, skip=())

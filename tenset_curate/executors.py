@@ -1,0 +1,119 @@
+"""Executors: one function mapped over independent work items, on local processes or on Ray tasks.
+
+``map_unordered(fn, items, executor=..., workers=..., address=...)`` yields ``fn(item)`` for every item in
+completion order. The callers (``convert``: one item per input file) make results independent of that order
+(shards are named by content, the manifest is written with sorted keys), so the output is byte-identical whichever
+executor ran it and with however many workers.
+
+- ``local``, ``workers <= 1``: in this process, in the given order (no pickling, no pool).
+- ``local``, ``workers > 1``: a ``ProcessPoolExecutor`` of ``workers`` processes, biggest item first.
+- ``ray``: one Ray task per item (``num_cpus=1`` each), biggest first. Without ``address`` a local Ray instance is
+  started with ``num_cpus=workers`` (so ``workers`` tasks run at once); with ``address`` (``"auto"``, or
+  ``"ray://host:10001"``) it connects to that cluster and uses all its CPUs. A Ray instance that is already
+  initialised (``ray.init`` called by the caller) is used as it is. Tasks import ``tenset_curate`` on the workers:
+  on a cluster, install the package on every node (the inputs and the output folder must be on a filesystem all
+  nodes see, at the same path).
+
+``fn`` must be a module-level function of an importable module (Ray and process pools pickle it by reference).
+"""
+from __future__ import annotations
+
+import os
+from typing import Callable, Iterable, Iterator
+
+EXECUTORS = ("local", "ray")
+RAY_INSTALL = "pip install 'tenset-curate[ray]'  (or: pip install 'ray==2.60.0')"
+
+
+class ExecutorError(ValueError):
+    pass
+
+
+def require_ray():
+    """Import Ray or fail with the command that installs it."""
+    try:
+        import ray
+    except ImportError:
+        raise ExecutorError(f"the ray executor needs Ray, which is not installed: {RAY_INSTALL}") from None
+    return ray
+
+
+def check_executor(executor: str) -> None:
+    if executor not in EXECUTORS:
+        raise ExecutorError(f"unknown executor {executor!r} ({' | '.join(EXECUTORS)})")
+    if executor == "ray":
+        require_ray()
+
+
+def ensure_ray(address: str | None = None, workers: int = 1) -> bool:
+    """Initialise Ray unless it already is. Returns True when this call started (or connected) it."""
+    ray = require_ray()
+    if ray.is_initialized():
+        return False
+    if address:
+        ray.init(address=address, logging_level="WARNING")
+    else:
+        ray.init(num_cpus=max(1, int(workers)), include_dashboard=False, logging_level="WARNING")
+    return True
+
+
+def _call_in(cwd: str, fn: Callable, item):
+    """Ray task body: run ``fn(item)`` in the driver's working directory when this node has it (relative paths
+    then mean the same as in the driver, even if the driver changed directory after Ray started)."""
+    if cwd and os.path.isdir(cwd) and os.getcwd() != cwd:
+        os.chdir(cwd)
+    return fn(item)
+
+
+def map_unordered(fn: Callable, items: Iterable, executor: str = "local", workers: int = 1,
+                  address: str | None = None, cost: Callable | None = None) -> Iterator:
+    """Yield ``fn(item)`` for each item, in completion order. ``cost(item)`` (optional) orders the submission of
+    parallel runs, biggest first, which keeps every worker busy to the end. Closing the generator early cancels
+    what has not started."""
+    check_executor(executor)
+    items = list(items)
+    if executor == "local" and workers <= 1:
+        return (fn(it) for it in items)
+    if cost is not None:
+        items = sorted(items, key=lambda it: -cost(it))
+    if executor == "local":
+        return _local_pool(fn, items, workers)
+    return _ray_tasks(fn, items, workers, address)
+
+
+def _local_pool(fn, items, workers):
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    pool = ProcessPoolExecutor(max_workers=workers)
+    try:
+        futs = [pool.submit(fn, it) for it in items]
+        for f in as_completed(futs):
+            yield f.result()
+    finally:
+        pool.shutdown(cancel_futures=True)
+
+
+def _ray_tasks(fn, items, workers, address):
+    ray = require_ray()
+    ensure_ray(address, workers)
+    task = ray.remote(num_cpus=1)(_call_in)
+    cpus = int(ray.cluster_resources().get("CPU", 1)) or 1
+    window = max(4, 4 * cpus)  # tasks in flight: enough to keep every CPU busy, few enough to cancel quickly
+    cwd = os.getcwd()
+    fn_ref = ray.put(fn)
+    pending = []
+    it = iter(items)
+    try:
+        while True:
+            for item in it:
+                pending.append(task.remote(cwd, fn_ref, item))
+                if len(pending) >= window:
+                    break
+            if not pending:
+                return
+            done, pending = ray.wait(pending, num_returns=1)
+            for ref in done:
+                yield ray.get(ref)
+    finally:
+        for ref in pending:
+            ray.cancel(ref)
