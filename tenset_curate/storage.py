@@ -85,7 +85,8 @@ def _fsync_dir(d: Path) -> None:
 
 def _explain(e: OSError, path: Path) -> OutputError:
     why = {errno.EACCES: "permission denied (read-only?)", errno.EROFS: "read-only file system",
-           errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded"}.get(e.errno, str(e))
+           errno.ENOSPC: "no space left on device (ENOSPC)", errno.EDQUOT: "disk quota exceeded (EDQUOT)",
+           errno.EFBIG: "file too large (EFBIG: a file-size limit such as RLIMIT_FSIZE)"}.get(e.errno, str(e))
     return OutputError(f"cannot write {path}: {why}; earlier outputs are left as they were")
 
 
@@ -211,8 +212,11 @@ def dataset_lock(root: Path, wait: bool = False, timeout: float | None = None, w
                 time.sleep(0.2)
         info = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime(
             "%Y-%m-%dT%H:%M:%S"), "command": what or " ".join(sys.argv[:3])})
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, info.encode(), 0)
+        try:  # a full disk refuses even these few bytes: say so, naming the directory
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, info.encode(), 0)
+        except OSError as e:
+            raise _explain(e, root) from e
         yield
     finally:
         if acquired:  # a refused writer must not erase the holder's identity
