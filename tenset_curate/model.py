@@ -158,18 +158,25 @@ def _plan_epoch(groups: list[np.ndarray], n_records: int, rng: np.random.Generat
 def _torch_env(num_threads: int | None, deterministic: bool):
     import torch
 
+    import torch.utils.deterministic as tdet
+
     prev_threads = torch.get_num_threads()
     prev_det = torch.are_deterministic_algorithms_enabled()
     prev_warn = torch.is_deterministic_algorithms_warn_only_enabled()
+    prev_fill = tdet.fill_uninitialized_memory
     try:
         if num_threads:
             torch.set_num_threads(int(num_threads))
         if deterministic:
             torch.use_deterministic_algorithms(True, warn_only=True)
+            # deterministic mode also NaN-fills every new uninitialised tensor (a debugging aid that
+            # does not change results): ~190 fill kernels per training step, off here
+            tdet.fill_uninitialized_memory = False
         yield
     finally:
         torch.set_num_threads(prev_threads)
         torch.use_deterministic_algorithms(prev_det, warn_only=prev_warn)
+        tdet.fill_uninitialized_memory = prev_fill
 
 
 def _progress(iterable, enabled: bool, **kw):
@@ -261,6 +268,9 @@ class Ranker:
     kind: str = ""
     weights_file: str = ""
     _defaults: dict[str, Any] = {}
+    # values for hyper-parameters that config.json files written before the key existed lack:
+    # they reproduce the architecture those files were trained with (the class defaults may differ)
+    _legacy_hparams: dict[str, Any] = {}
 
     def __init__(self, *, seed: int = 0, progress: bool = True, feature_version: str | None = None,
                  data_manifest_hash: str | None = None, **hparams):
@@ -378,6 +388,8 @@ class Ranker:
                 f"{cfg.get('feature_version')!r} but the caller expects {expected_feature_version!r}")
         runtime = {k: kwargs.pop(k) for k in list(kwargs) if k in ("progress",)}
         hp = dict(cfg.get("hparams") or {})
+        for k, v in cls._legacy_hparams.items():
+            hp.setdefault(k, v)
         hp.update(kwargs)
         obj = cls(seed=cfg.get("seed", 0), feature_version=cfg.get("feature_version"),
                   data_manifest_hash=cfg.get("data_manifest_hash"), **runtime, **hp)
@@ -412,13 +424,19 @@ def _build_attention_net(input_dims: dict, hp: dict):
         """Post-norm Transformer encoder layer, same maths as ``nn.TransformerEncoderLayer``
         (batch_first, relu, norm_first=False) with a fused QKV projection. Written out because
         the built-in layer's inference fast path (nested tensors) is slower on CPU for these
-        short sequences and warns; this one runs the same kernels in training and inference."""
+        short sequences and warns; this one runs the same kernels in training and inference.
+        ``attn_impl="sdpa"``: ``F.scaled_dot_product_attention`` with a boolean key mask;
+        ``"math"``: softmax(q k^T / sqrt(d_head) + bias) v written out with batched matmuls (same
+        function; faster on CPU for the handful of positions left after patching)."""
 
-        def __init__(self, d: int, n_heads: int, ff: int, dropout: float):
+        def __init__(self, d: int, n_heads: int, ff: int, dropout: float, attn_impl: str):
             super().__init__()
             if d % n_heads:
                 raise ValueError(f"d_model={d} is not divisible by n_heads={n_heads}")
-            self.h, self.p = n_heads, dropout
+            if attn_impl not in ("sdpa", "math"):
+                raise ValueError("attn_impl must be 'sdpa' or 'math'")
+            self.h, self.p, self.impl = n_heads, dropout, attn_impl
+            self.scale = 1.0 / math.sqrt(d // n_heads)
             self.qkv = nn.Linear(d, 3 * d)
             self.out = nn.Linear(d, d)
             self.ff1 = nn.Linear(d, ff)
@@ -427,11 +445,20 @@ def _build_attention_net(input_dims: dict, hp: dict):
             self.norm2 = nn.LayerNorm(d)
             self.drop = nn.Dropout(dropout)
 
-        def forward(self, x, attn_mask):
+        def forward(self, x, attn_mask, attn_bias):
             B, L, d = x.shape
             q, k, v = self.qkv(x).view(B, L, 3, self.h, d // self.h).permute(2, 0, 3, 1, 4)
-            a = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
-                                               dropout_p=self.p if self.training else 0.0)
+            if self.impl == "sdpa":
+                a = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask,
+                                                   dropout_p=self.p if self.training else 0.0)
+            else:
+                w = torch.softmax(torch.baddbmm(attn_bias.expand(B, self.h, 1, L).reshape(B * self.h, 1, L),
+                                                q.reshape(B * self.h, L, -1),
+                                                k.reshape(B * self.h, L, -1).transpose(1, 2),
+                                                alpha=self.scale), dim=-1)
+                if self.training and self.p:
+                    w = F.dropout(w, self.p)
+                a = torch.bmm(w, v.reshape(B * self.h, L, -1)).view(B, self.h, L, -1)
             x = self.norm1(x + self.drop(self.out(a.transpose(1, 2).reshape(B, L, d))))
             return self.norm2(x + self.drop(self.ff2(self.drop(F.relu(self.ff1(x))))))
 
@@ -440,16 +467,20 @@ def _build_attention_net(input_dims: dict, hp: dict):
             super().__init__()
             D, L, Fd = input_dims["token_dim"], input_dims["max_len"], input_dims["flat_dim"]
             d = hp["d_model"]
+            self.patch = int(hp["patch"])
+            if self.patch < 1:
+                raise ValueError("patch must be >= 1")
             self.use_flat = bool(hp["use_flat"]) and Fd > 0
             self.clip = float(hp["input_clip"])
             self.register_buffer("tok_mean", torch.zeros(D))
             self.register_buffer("tok_std", torch.ones(D))
             self.register_buffer("flat_mean", torch.zeros(Fd))
             self.register_buffer("flat_std", torch.ones(Fd))
-            self.embed = nn.Linear(D, d)
-            self.pos = nn.Parameter(torch.randn(L, d) * 0.02)
+            self.embed = nn.Linear(D * self.patch, d)
+            self.pos = nn.Parameter(torch.randn(-(-L // self.patch), d) * 0.02)
             self.layers = nn.ModuleList(
-                EncoderLayer(d, hp["n_heads"], hp["ff_mult"] * d, hp["dropout"]) for _ in range(hp["n_layers"]))
+                EncoderLayer(d, hp["n_heads"], hp["ff_mult"] * d, hp["dropout"], hp["attn_impl"])
+                for _ in range(hp["n_layers"]))
             head_in = d + (Fd if self.use_flat else 0)
             h = hp["head_hidden"]
             self.head = nn.Sequential(nn.Linear(head_in, h), nn.ReLU(), nn.Linear(h, h), nn.ReLU(),
@@ -461,10 +492,22 @@ def _build_attention_net(input_dims: dict, hp: dict):
             if bool(empty.any()):  # a record without tokens: attend to position 0 only
                 mask = mask.clone()
                 mask[empty, 0] = True
+            p = self.patch
+            if p > 1:  # p consecutive tokens -> one position; padding tokens are zeroed
+                B, L, D = x.shape
+                Lp = -(-L // p)
+                x = x * mask.unsqueeze(-1).to(x.dtype)
+                if Lp * p != L:
+                    x = F.pad(x, (0, 0, 0, Lp * p - L))
+                    mask = F.pad(mask, (0, Lp * p - L))
+                x = x.reshape(B, Lp, p * D)
+                mask = mask.view(B, Lp, p).any(dim=2)
             h = self.embed(x) + self.pos[: x.shape[1]]
             attn_mask = mask[:, None, None, :]  # [B, 1, 1, L], True = may attend (key padding)
+            attn_bias = torch.zeros(attn_mask.shape, dtype=h.dtype, device=h.device).masked_fill_(
+                ~attn_mask, float("-inf"))
             for layer in self.layers:
-                h = layer(h, attn_mask)
+                h = layer(h, attn_mask, attn_bias)
             m = mask.unsqueeze(-1).to(h.dtype)
             pooled = (h * m).sum(dim=1) / m.sum(dim=1)
             if self.use_flat:
@@ -560,7 +603,8 @@ class _TorchRanker(Ranker):
             net = self._build_net()
             self._init_normalizer(net, arrays)
             net.to(dev)
-            opt = torch.optim.Adam(net.parameters(), lr=hp["lr"], weight_decay=hp["weight_decay"])
+            opt = torch.optim.Adam(net.parameters(), lr=hp["lr"], weight_decay=hp["weight_decay"],
+                                   foreach=True)
             steps_per_epoch = len(_plan_epoch(groups, n_train, np.random.default_rng(0),
                                               hp["tasks_per_batch"], hp["records_per_task"], hp["batching"]))
             sched = self._scheduler(opt, steps_per_epoch)
@@ -707,8 +751,9 @@ class AttentionRanker(_TorchRanker):
     _defaults = dict(
         _TorchRanker._common_defaults,
         d_model=64, n_heads=4, n_layers=2, ff_mult=2, dropout=0.0, head_hidden=128,
-        use_flat=True, input_clip=20.0, lr=1e-3, epochs=30,
+        use_flat=True, input_clip=20.0, lr=1e-3, epochs=30, patch=1, attn_impl="sdpa",
     )
+    _legacy_hparams = dict(patch=1, attn_impl="sdpa")
 
     def _feature_arrays(self, data: dict) -> dict:
         tokens = _as(data, "tokens", np.float32, 3)
@@ -741,9 +786,21 @@ class AttentionRanker(_TorchRanker):
         import torch
 
         tok, mask, flat = arrays["tokens"], arrays["mask"], arrays["flat"]
-        real = tok[mask].astype(np.float64)  # [n_real_tokens, D]
-        if real.size:
-            mu, sd = real.mean(0), real.std(0)
+        n_real = int(mask.sum())
+        if n_real:
+            # mean / std over the real tokens, in chunks of records (cropped to the longest
+            # record; no float64 copy of the whole tensor)
+            lmax = int(arrays["_len"].max())
+            s1 = torch.zeros(tok.shape[2], dtype=torch.float64)
+            s2 = torch.zeros(tok.shape[2], dtype=torch.float64)
+            for a in range(0, len(tok), 16384):
+                x = torch.from_numpy(tok[a: a + 16384, :lmax])
+                m = torch.from_numpy(mask[a: a + 16384, :lmax]).to(x.dtype)
+                s1 += torch.einsum("nl,nld->nd", m, x).double().sum(0)
+                s2 += torch.einsum("nl,nld->nd", m, x * x).double().sum(0)
+            s1, s2 = s1.numpy(), s2.numpy()
+            mu = s1 / n_real
+            sd = np.sqrt(np.maximum(s2 / n_real - mu * mu, 0.0))
             sd[sd < 1e-6] = 1.0
             net.tok_mean.copy_(torch.from_numpy(mu.astype(np.float32)))
             net.tok_std.copy_(torch.from_numpy(sd.astype(np.float32)))

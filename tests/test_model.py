@@ -317,3 +317,25 @@ def test_mlp_tenset_mixed_batches_and_step_schedule(real_splits):
     bad = dict(train, labels=np.where(np.arange(train["labels"].size) == 0, np.nan, train["labels"]))
     with pytest.raises(ValueError, match="finite"):
         MLPRanker(epochs=1, progress=False).fit(bad)
+
+
+# ------------------------------------------------------------------------------------------
+# compatibility with model directories written by earlier versions
+# ------------------------------------------------------------------------------------------
+FORMAT1 = Path(__file__).resolve().parent / "data" / "attention_format1"
+
+
+def test_attention_directory_from_before_patching_loads_with_identical_predictions(real_splits):
+    """tests/data/attention_format1 was trained and saved by the model.py of commit 8a8d739 (before the
+    ``patch`` / ``attn_impl`` hyper-parameters existed) on this file's real test data; its
+    ``expected_test_predictions.npy`` holds that code's predictions. Loading must rebuild the old
+    architecture (one token per position, SDPA attention) and predict the same numbers."""
+    _, _, test = real_splits
+    cfg = json.loads((FORMAT1 / "config.json").read_text())
+    assert "patch" not in cfg["hparams"] and "attn_impl" not in cfg["hparams"]
+    m = load_model(FORMAT1, expected_feature_version="test-feat-v1")
+    assert isinstance(m, AttentionRanker)
+    assert m.hparams["patch"] == 1 and m.hparams["attn_impl"] == "sdpa"
+    assert m.net.pos.shape[0] == cfg["input_dims"]["max_len"]
+    expected = np.load(FORMAT1 / "expected_test_predictions.npy")
+    np.testing.assert_allclose(m.predict(test), expected, rtol=0, atol=1e-6)
