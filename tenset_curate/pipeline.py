@@ -43,7 +43,8 @@ from pathlib import Path
 import orjson
 
 from .executors import ExecutorError, check_executor
-from .storage import OutputError, atomic_write_bytes, atomic_write_json, atomic_write_text, dataset_lock, safe_join
+from .storage import (OutputError, atomic_write_bytes, atomic_write_json, atomic_write_text, dataset_lock,
+                      remove_stale_tmp, safe_join)
 
 STEPS = ["collect", "convert", "splits", "prune", "train", "evaluate", "verify", "report"]
 # steps whose key uses the code version of these modules only (expensive TVM steps: see the module docstring)
@@ -130,6 +131,7 @@ def run(pipeline: Path, overrides: list[str] | None = None, executor: str = "loc
     cv = code_version()
     results = []
     with dataset_lock(workdir, what=f"curate run {pipeline}"):
+        remove_stale_tmp(workdir)  # temporaries a killed run left, also inside steps that are now skipped
         state_p = workdir / "state.json"
         state = orjson.loads(state_p.read_bytes()) if state_p.exists() else {}
         prev_key = ""
@@ -157,7 +159,8 @@ def run(pipeline: Path, overrides: list[str] | None = None, executor: str = "loc
             t0 = time.perf_counter()
             try:
                 info = STEP_FUNCS[step](params, workdir, base, workers, log,
-                                        {"executor": executor, "address": address, "key": key})
+                                        {"executor": executor, "address": address, "key": key,
+                                         "fresh": from_step == step})
             except (ValueError, FileNotFoundError, KeyError, OutputError) as e:
                 raise PipelineError(f"step {step} failed: {e}") from e
             secs = round(time.perf_counter() - t0, 2)
@@ -208,10 +211,11 @@ def _fresh(d: Path) -> Path:
     return d
 
 
-def _resumable(d: Path, key: str) -> Path:
-    """The step folder, kept when a run with the same key left it (the step resumes inside), else emptied."""
+def _resumable(d: Path, key: str, fresh: bool = False) -> Path:
+    """The step folder, kept when a run with the same key left it (the step resumes inside), else emptied (and
+    always emptied when ``fresh``: ``--from`` this step)."""
     marker = d / ".step-key"
-    if not (marker.exists() and marker.read_text().strip() == key):
+    if fresh or not (marker.exists() and marker.read_text().strip() == key):
         _fresh(d)
         d.mkdir(parents=True)
         atomic_write_text(marker, key + "\n")
@@ -239,7 +243,7 @@ def step_collect(p: dict, workdir: Path, base: Path, workers: int, log, exe: dic
     kw = _allowed_kwargs(collect, p, skip=())
     kw.setdefault("keep_logs", False)  # MetaSchedule's task logs: not data, and large
     kw.setdefault("progress", sys.stderr.isatty())
-    out = _resumable(workdir / "collect", exe["key"])
+    out = _resumable(workdir / "collect", exe["key"], exe.get("fresh", False))
     s = collect(workloads, trials, out, **kw)
     return {"rows_out": s.get("n_records"),
             "summary": f"{s.get('n_workloads')} workloads, {s.get('n_records')} records "
@@ -264,7 +268,7 @@ def step_verify(p: dict, workdir: Path, base: Path, workers: int, log, exe: dict
     copy_to = p.pop("out", None)
     kw = _allowed_kwargs(verify, p, skip=())
     kw.setdefault("progress", sys.stderr.isatty())
-    out = _resumable(workdir / "verify", exe["key"])
+    out = _resumable(workdir / "verify", exe["key"], exe.get("fresh", False))
     kw.setdefault("runs_dir", out / "runs")
     s = verify([workdir / "train" / n for n in names], workloads, trials, seeds, out, **kw)
     if copy_to:
@@ -389,7 +393,10 @@ def step_report(p: dict, workdir: Path, base: Path, workers: int, log, exe: dict
     atomic_write_text(workdir / "report" / "report.md", text) if (workdir / "report").mkdir(
         parents=True, exist_ok=True) is None else None
     if p.get("out"):
-        atomic_write_text(safe_join(base, p["out"]), text)
+        dest = safe_join(base, p["out"])
+        for t in dest.parent.glob(dest.name + ".tmp-*"):  # outside the locked workdir: a killed run's temporary
+            t.unlink(missing_ok=True)
+        atomic_write_text(dest, text)
     return {"summary": f"wrote {p.get('out') or workdir / 'report' / 'report.md'}"}
 
 
