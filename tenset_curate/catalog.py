@@ -336,6 +336,10 @@ def build_catalog(dataset_dir: str | os.PathLike) -> Path:
         finally:
             con.close()
         os.replace(tmp, final)
+    except duckdb.Error as e:  # e.g. the disk filled while DuckDB wrote the file: the old catalog stays
+        from .storage import OutputError
+
+        raise OutputError(f"cannot write {final}: {e}; earlier outputs are left as they were") from e
     finally:
         for p in (tmp, Path(str(tmp) + ".wal")):
             try:

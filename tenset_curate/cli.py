@@ -114,10 +114,11 @@ def prune(
 ):
     """Prune a dataset down to a ratio; writes a dataset with the same schema and a pruning report."""
     from .prune import prune as run
+    from .storage import OutputError
 
     try:
         s = run(dataset, out, ratio, method, seed, min_keep)
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, FileNotFoundError, OutputError) as e:
         _fail(str(e))
     if evaluate:
         from .evaluate_prune import evaluate_pruning
@@ -152,13 +153,14 @@ def splits_make(
 ):
     """Assign every record to train/valid/test; stored as splits/<name>.parquet and view split_<name>."""
     from .splits import write_split
+    from .storage import OutputError
 
     sp = lambda s: [x.strip() for x in s.split(",") if x.strip()] if s else None  # noqa: E731
     try:
         s = write_split(dataset, name or scheme.replace("-", "_"), scheme, seed=seed, test_fraction=test_fraction,
                         valid_fraction=valid_fraction, holdout=sp(holdout), train_hw=sp(train_hw),
                         test_hw=sp(test_hw), few_shot=few_shot)
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, FileNotFoundError, OutputError) as e:
         _fail(str(e))
     if json_out:
         _print_json(s)

@@ -24,6 +24,8 @@ the output has the record schema.
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
 import time
 from pathlib import Path
 
@@ -317,7 +319,8 @@ def merge_duplicates(df: pl.DataFrame, keep: np.ndarray, merge_keys: np.ndarray 
 def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: int = 0, min_keep: int = 8,
           report: bool = True) -> dict:
     """Prune ``dataset`` into a new dataset at ``out`` (same schema, own manifest, catalog and report)."""
-    from .storage import atomic_write_json, atomic_write_text, dataset_lock, remove_stale_tmp, write_parquet_atomic
+    from .storage import (_explain, atomic_write_json, atomic_write_text, dataset_lock, remove_stale_tmp,
+                          write_parquet_atomic)
 
     t0 = time.perf_counter()
     dataset, out = Path(dataset), Path(out)
@@ -328,35 +331,61 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
     secs = time.perf_counter() - t0
     with dataset_lock(out, what="curate prune"):
         remove_stale_tmp(out)
-        outputs = []
-        for (hw,), part in kept.sort(["hardware", "task_id", "record_id"]).group_by("hardware", maintain_order=True):
-            from .convert import _safe_part
-
-            rel = f"records/hardware={_safe_part(hw)}/part-pruned.parquet"
-            write_parquet_atomic(out / rel, part.select(RECORD_SCHEMA.names).to_arrow().cast(RECORD_SCHEMA))
-            outputs.append(rel)
-        for p in (out / "records").glob("*/*.parquet"):
-            if p.relative_to(out).as_posix() not in outputs:
-                p.unlink()
-        summary = {
-            "source": str(dataset), "method": method, "ratio_requested": ratio, "ratio_achieved": round(achieved, 6),
-            "seed": seed, "min_keep": min_keep, "records_before": df.height, "records_after": kept.height,
-            "seconds": round(secs, 3), **{k: v for k, v in info.items() if isinstance(v, (int, float, str))},
-            "outputs": outputs,
-        }
-        summary["per_hardware"] = _counts(df, kept, ["hardware"])
-        atomic_write_json(out / "prune.json", summary)
-        if report:
-            atomic_write_text(out / "prune_report.md", prune_report(df, kept, summary))
-        atomic_write_json(out / "manifest.json", {"pruned_from": str(dataset), "prune": {
-            k: summary[k] for k in ("method", "ratio_requested", "ratio_achieved", "seed", "min_keep")},
-            "inputs": {}})
+        # All or nothing: every new file (shards, prune.json, the report, the manifest, the catalog) is written into
+        # a staging folder first; only when all of them exist are they renamed into place (renames need no space),
+        # so a full disk or a kill before that leaves the earlier result exactly as it was.
+        stage = out / f".stage.tmp-{os.getpid()}"
+        shutil.rmtree(stage, ignore_errors=True)
         try:
-            from .catalog import build_catalog
+            outputs = []
+            for (hw,), part in kept.sort(["hardware", "task_id", "record_id"]).group_by("hardware",
+                                                                                     maintain_order=True):
+                from .convert import _safe_part
 
-            build_catalog(out)
-        except ImportError:
-            pass
+                rel = f"records/hardware={_safe_part(hw)}/part-pruned.parquet"
+                write_parquet_atomic(stage / rel, part.select(RECORD_SCHEMA.names).to_arrow().cast(RECORD_SCHEMA))
+                outputs.append(rel)
+            summary = {
+                "source": str(dataset), "method": method, "ratio_requested": ratio,
+                "ratio_achieved": round(achieved, 6), "seed": seed, "min_keep": min_keep,
+                "records_before": df.height, "records_after": kept.height, "seconds": round(secs, 3),
+                **{k: v for k, v in info.items() if isinstance(v, (int, float, str))}, "outputs": outputs,
+            }
+            summary["per_hardware"] = _counts(df, kept, ["hardware"])
+            files = list(outputs)
+            atomic_write_json(stage / "prune.json", summary)
+            files.append("prune.json")
+            if report:
+                atomic_write_text(stage / "prune_report.md", prune_report(df, kept, summary))
+                files.append("prune_report.md")
+            atomic_write_json(stage / "manifest.json", {"pruned_from": str(dataset), "prune": {
+                k: summary[k] for k in ("method", "ratio_requested", "ratio_achieved", "seed", "min_keep")},
+                "inputs": {}})
+            files.append("manifest.json")
+            try:
+                from .catalog import CATALOG_NAME, build_catalog
+            except ImportError:
+                CATALOG_NAME = None
+            if CATALOG_NAME:
+                # the catalog's views depend on which tables exist: link the dataset's other tables in (no copy)
+                for sub in ("splits", "tables"):
+                    for f in sorted((out / sub).rglob("*")) if (out / sub).is_dir() else []:
+                        if f.is_file() and ".tmp-" not in f.name:
+                            dst = stage / f.relative_to(out)
+                            dst.parent.mkdir(parents=True, exist_ok=True)
+                            os.link(f, dst)
+                build_catalog(stage)  # views hold relative paths: the file is valid once moved into out
+                files.append(CATALOG_NAME)
+            for rel in files:  # commit
+                (out / rel).parent.mkdir(parents=True, exist_ok=True)
+                os.replace(stage / rel, out / rel)
+            for p in (out / "records").glob("*/*.parquet"):
+                if p.relative_to(out).as_posix() not in outputs:
+                    p.unlink()
+        except OSError as e:
+            raise _explain(e, out) from e
+        finally:
+            shutil.rmtree(stage, ignore_errors=True)
     if abs(achieved - ratio) > 0.01 and ratio > 0:
         summary["warning"] = (f"achieved ratio {achieved:.4f} differs from {ratio} by more than 1%: the per-task "
                               f"minimum of {min_keep} records (and best records) bound it")

@@ -13,6 +13,7 @@ import functools
 import hashlib
 import json
 import os
+import shutil
 import socket
 import sys
 import time
@@ -174,9 +175,12 @@ def remove_stale_tmp(root: Path) -> int:
     n = 0
     if not root.exists():
         return 0
-    for p in root.rglob("*.tmp-*"):
+    for p in sorted(root.rglob("*.tmp-*")):
         try:
-            p.unlink()
+            if p.is_dir() and not p.is_symlink():  # a staging folder (prune)
+                shutil.rmtree(p)
+            else:
+                p.unlink()
             n += 1
         except OSError:
             pass
