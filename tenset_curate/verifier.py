@@ -989,7 +989,9 @@ def _report_md(res: dict, figures: list[str]) -> str:
     lines += [
         f"Hardware: {hw.get('cpu_model')} ({hw.get('affinity_cores')} cores usable), target "
         f"`{json.dumps(res['target'])}`, TVM {hw.get('tvm_version')}. Started {res['started_at']}, "
-        f"{res['wall_seconds'] / 60:.1f} min in all.",
+        f"{res['wall_seconds'] / 60:.1f} min in this invocation (finished runs are reused when a verify resumes); "
+        f"tuning time summed over all runs: "
+        f"{sum(r['wall_s'] for wl in res['workloads'] for r in wl['runs']) / 60:.1f} min.",
         "",
         f"Settings: {T} trials per run, {s['trials_per_iter']} per search round, population "
         f"{s['population_size']}, seeds {res['seeds']}, num_tuning_cores={s['num_tuning_cores']}, runner "
