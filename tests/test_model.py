@@ -169,12 +169,20 @@ def test_same_seed_gives_identical_predictions(kind, fitted, real_splits):
 
 
 def test_default_attention_architecture_trains(real_splits):
-    """The default model (d_model 64, 2 layers, 4 heads) runs one epoch without validation."""
+    """The default model (d_model 32, 1 layer, patches of 4 tokens, RankNet + LambdaRank) runs one
+    epoch without validation; so does the first version's architecture (d_model 64, 2 layers, 4
+    heads, one position per token, SDPA)."""
     train, _, test = real_splits
     m = AttentionRanker(epochs=1, num_threads=1, progress=False).fit(train)
-    assert m.hparams["d_model"] == 64 and m.hparams["n_layers"] == 2
+    assert m.hparams["d_model"] == 32 and m.hparams["n_layers"] == 1 and m.hparams["patch"] == 4
+    assert m.hparams["loss"] == "ranknet+lambdarank"
+    assert m.net.pos.shape[0] == -(-train["tokens"].shape[1] // 4)
     assert len(m.history) == 1 and m.best_epoch == 0
     assert np.all(np.isfinite(m.predict(test)))
+    v1 = AttentionRanker(epochs=1, num_threads=1, progress=False, d_model=64, n_heads=4, n_layers=2,
+                         head_hidden=128, patch=1, attn_impl="sdpa", loss="lambdarank").fit(train)
+    assert v1.net.pos.shape[0] == train["tokens"].shape[1]
+    assert np.all(np.isfinite(v1.predict(test)))
 
 
 def test_attention_without_flat_features_and_ranknet(real_splits):
@@ -307,6 +315,26 @@ def test_lambdarank_loss_matches_tenset_formula_and_is_per_group():
     assert ours([(s1, y1), (s2, y2)]) == pytest.approx((tenset(s1, y1) + tenset(s2, y2)) / 2, rel=1e-9)
 
 
+def test_ranknet_plus_lambdarank_is_the_sum_and_math_attention_equals_sdpa(real_splits):
+    from tenset_curate.model import ranknet_lambdarank_loss, ranknet_loss
+
+    rng = np.random.default_rng(3)
+    sizes = np.array([5, 9, 2])
+    s = torch.tensor(rng.normal(size=sizes.sum()))
+    y = torch.tensor(rng.uniform(0, 1, sizes.sum()))
+    S, Y, M = _pad_groups(s, y, sizes)
+    want = float(ranknet_loss(S, Y, M)[0]) + 0.05 * float(lambdarank_loss(S, Y, M)[0])
+    assert float(ranknet_lambdarank_loss(S, Y, M)[0]) == pytest.approx(want, rel=1e-12)
+    # the two attention implementations compute the same function (same weights)
+    train, _, test = real_splits
+    m = AttentionRanker(epochs=1, num_threads=1, progress=False, attn_impl="sdpa", n_layers=2).fit(train)
+    ref = m.predict(test)
+    for layer in m.net.layers:
+        assert layer.impl == "sdpa"
+        layer.impl = "math"
+    np.testing.assert_allclose(m.predict(test), ref, rtol=0, atol=1e-5)
+
+
 def test_mlp_tenset_mixed_batches_and_step_schedule(real_splits):
     """TenSet's original batching (one LambdaRank group over a shuffled mixed batch) also trains."""
     train, valid, test = real_splits
@@ -339,3 +367,27 @@ def test_attention_directory_from_before_patching_loads_with_identical_predictio
     assert m.net.pos.shape[0] == cfg["input_dims"]["max_len"]
     expected = np.load(FORMAT1 / "expected_test_predictions.npy")
     np.testing.assert_allclose(m.predict(test), expected, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("patch", [1, 4])
+def test_cropped_batches_predict_like_padding_to_full_length(real_splits, patch):
+    """Batches are cut to their longest record and (patch > 1) p tokens share a position: a record's
+    score must not depend on how far it is padded, nor on which records share its batch."""
+    train, _, test = real_splits
+    m = AttentionRanker(epochs=1, num_threads=1, progress=False, d_model=32, n_layers=1, n_heads=2,
+                        head_hidden=64, patch=patch, attn_impl="math").fit(train)
+    ref = m.predict(test)
+    L = test["tokens"].shape[1]
+    padded = dict(test, tokens=np.pad(test["tokens"], ((0, 0), (0, 64 - L), (0, 0))),
+                  mask=np.pad(test["mask"], ((0, 0), (0, 64 - L))))
+    lmax = int(test["mask"].sum(1).max())
+    cropped = dict(test, tokens=test["tokens"][:, :lmax], mask=test["mask"][:, :lmax])
+    # garbage in the padding must not leak into the scores either
+    noisy = dict(padded, tokens=np.where(padded["mask"][..., None], padded["tokens"], np.float32(7.0)))
+    for other in (padded, cropped, noisy):
+        np.testing.assert_allclose(m.predict(other), ref, rtol=0, atol=1e-5)
+    m.hparams["infer_batch_size"] = 7  # other batch neighbours and batch lengths
+    np.testing.assert_allclose(m.predict(test), ref, rtol=0, atol=1e-5)
+    # the records of one task in one padded block, as in training: same scores
+    one = np.flatnonzero(test["task_ids"] == test["task_ids"][0])
+    np.testing.assert_allclose(m.predict({k: v[one] for k, v in padded.items()}), ref[one], rtol=0, atol=1e-5)
