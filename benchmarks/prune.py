@@ -44,7 +44,7 @@ def main():
         speed.append({"method": m, "records": df.height, "seconds": round(dt, 2),
                       "records_per_s": round(df.height / dt)})
     rows = evaluate_methods(ds, a.ratios, a.methods, a.seeds)
-    png = Path(a.out).with_name("prune_curve.png")
+    png = Path(a.out).with_name(Path(a.out).stem + "_curve.png")
     plot_curves(rows, png)
     s = summarize(rows)
     lines = ["# Pruning benchmark", "", f"Command: `python {' '.join(sys.argv)}`", "",
