@@ -132,6 +132,9 @@ def run(pipeline: Path, overrides: list[str] | None = None, executor: str = "loc
     results = []
     with dataset_lock(workdir, what=f"curate run {pipeline}"):
         remove_stale_tmp(workdir)  # temporaries a killed run left, also inside steps that are now skipped
+        for dest in _extra_outputs(cfg, steps, base):  # and beside the files it writes outside the workdir
+            for t in dest.parent.glob(f"{dest.name}.tmp-*"):
+                t.unlink(missing_ok=True)
         state_p = workdir / "state.json"
         state = orjson.loads(state_p.read_bytes()) if state_p.exists() else {}
         prev_key = ""
@@ -179,6 +182,20 @@ def run(pipeline: Path, overrides: list[str] | None = None, executor: str = "loc
             atomic_write_text(workdir / "summary.md", f"# Run of {pipeline}\n\n" + "\n".join(md) + "\n")
             summary["summary_path"] = str(workdir / "summary.md")
     return summary
+
+
+def _extra_outputs(cfg: dict, steps: list[str], base: Path) -> list[Path]:
+    """Files a pipeline writes outside its work directory (the report's ``out``; verify's copies)."""
+    try:
+        outs = []
+        if "report" in steps and cfg.get("report", {}).get("out"):
+            outs.append(safe_join(base, cfg["report"]["out"]))
+        if "verify" in steps and cfg.get("verify", {}).get("out"):
+            d = safe_join(base, cfg["verify"]["out"])
+            outs += [d / n for n in ("verify.md", "verify.json", "verify_curves.png", "verify_curves_time.png")]
+    except OutputError as e:
+        raise PipelineError(str(e)) from None
+    return outs
 
 
 def _fingerprint(paths: list[Path]) -> str:
