@@ -134,13 +134,18 @@ def output_files(project: Path) -> list[Path]:
     return sorted(p for r in OUT_ROOTS if (project / r).exists() for p in (project / r).rglob("*") if p.is_file())
 
 
+def _is_temp(p: Path, project: Path) -> bool:
+    """Under a temporary name, or inside a temporary (staging) folder such as prune's ``.stage.tmp-<pid>/``."""
+    return any(".tmp" in part for part in p.relative_to(project).parts)
+
+
 def snapshot(project: Path) -> dict[str, bytes]:
     """Every output file by path, timings stripped; the lock, the catalog (compared by queries) and the run
     summaries (a resumed run reports 'skipped' where the reference ran) are left out."""
     snap = {}
     for p in output_files(project):
         rel = p.relative_to(project).as_posix()
-        if p.name in (".lock", "catalog.duckdb") or rel in RUN_LOGS or ".tmp" in p.name:  # temp files: see below
+        if p.name in (".lock", "catalog.duckdb") or rel in RUN_LOGS or _is_temp(p, project):  # temp files: see below
             continue
         snap[rel] = normalise(rel, p.read_bytes())
     return snap
@@ -218,7 +223,7 @@ def check_visible_while_dead(project: Path, ref: dict[str, bytes], ref_raw: dict
     """Whatever a killed run left under a final name must be complete (and the reference's)."""
     for p in output_files(project):
         rel = p.relative_to(project).as_posix()
-        if ".tmp" in p.name or p.name == ".lock":
+        if _is_temp(p, project) or p.name == ".lock":
             continue
         data = p.read_bytes()
         if p.name == "catalog.duckdb":
