@@ -76,7 +76,7 @@ def main():
     d = arrays(df)
     n = len(d["labels"])
     res = {"records": n, "device": a.device, "cpu_count": os.cpu_count(), "machine": platform.processor() or
-           platform.machine(), "epochs": a.epochs, "command": f"python {' '.join(sys.argv)}", "runs": []}
+           platform.machine(), "epochs": a.epochs, "loadavg_at_start": [round(x, 2) for x in os.getloadavg()], "command": f"python {' '.join(sys.argv)}", "runs": []}
     for threads in a.threads:
         for kind in a.models:
             dd = {k: d[k][: a.baseline_records] for k in KEYS} if kind == "attention-v1" else d
@@ -100,7 +100,8 @@ def main():
     lines = ["# Training benchmark", "", f"Command: `{res['command']}`", "",
              f"{n} roller-k80 training records (within-task split, train part), {a.epochs} epochs, device "
              f"{a.device}, {os.cpu_count()} cores (shared with other jobs: compare ratios within this run, not "
-             "absolute numbers across runs). attention-v1 = the attention architecture before the speed work, "
+             f"absolute numbers across runs; load average at start {res['loadavg_at_start']}; with the other core "
+             "busy, 2-thread runs stall on thread hand-offs). attention-v1 = the attention architecture before the speed work, "
              f"on the first {a.baseline_records} records.", "",
              "| model | threads | records | train records/s | inference records/s | fit s |",
              "|---|---:|---:|---:|---:|---:|"]
