@@ -180,11 +180,16 @@ class _View:
     source: str  # what it reads, for catalog_info / messages
 
 
-def _parquet_view(name: str, rel_glob: str, root: Path, exists: bool, empty: pa.Schema, **opts: str) -> _View:
+def _parquet_view(name: str, rel_glob: str, root: Path, exists: bool, empty: pa.Schema, union: bool = True,
+                  **opts: str) -> _View:
+    """``union=False`` for tables every shard of which has one fixed schema (records, quarantine, workloads,
+    networks): DuckDB then reads one footer to bind the view instead of every shard's (with TenSet's one shard per
+    task file, union_by_name made the catalog build's memory grow with the number of shards)."""
     if not exists:
         return _View(name, _empty_select(empty), f"(missing) {rel_glob}")
     extra = "".join(f", {k} = {v}" for k, v in opts.items())
-    return _View(name, f"SELECT * FROM read_parquet({{path:{rel_glob}}}, union_by_name = true{extra})", rel_glob)
+    return _View(name, f"SELECT * FROM read_parquet({{path:{rel_glob}}}, union_by_name = {str(union).lower()}{extra})",
+                 rel_glob)
 
 
 _UNSAFE_NAME = re.compile(r"[{}\[\]*?'\"\\]")
@@ -248,18 +253,21 @@ def _view_definitions(root: Path, built_at: str | None = None) -> list[_View]:
             root,
             _has_parquet(root / "records", "*/*.parquet"),
             RECORD_SCHEMA,
+            union=False,
             hive_partitioning="true",
             hive_types="{'hardware': VARCHAR}",
         ),
         _parquet_view(
-            "quarantine", "quarantine/*.parquet", root, _has_parquet(root / "quarantine", "*.parquet"), QUARANTINE_SCHEMA
+            "quarantine", "quarantine/*.parquet", root, _has_parquet(root / "quarantine", "*.parquet"), QUARANTINE_SCHEMA,
+            union=False,
         ),
         _parquet_view(
-            "workloads", "workloads/*.parquet", root, _has_parquet(root / "workloads", "*.parquet"), WORKLOAD_SCHEMA
+            "workloads", "workloads/*.parquet", root, _has_parquet(root / "workloads", "*.parquet"), WORKLOAD_SCHEMA,
+            union=False,
         ),
     ]
     if _has_parquet(root / "networks", "*.parquet"):  # convert writes networks/part-<key>.parquet
-        views.append(_parquet_view("networks", "networks/*.parquet", root, True, NETWORK_SCHEMA))
+        views.append(_parquet_view("networks", "networks/*.parquet", root, True, NETWORK_SCHEMA, union=False))
     else:
         views.append(_parquet_view("networks", "networks.parquet", root, (root / "networks.parquet").is_file(), NETWORK_SCHEMA))
     views.append(_View("tasks", TASKS_SQL, "records"))
