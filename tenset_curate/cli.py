@@ -187,7 +187,7 @@ def train(
     split: str = typer.Option(..., help="split name (see curate splits make)"),
     model: str = typer.Option("attention", help="attention | mlp | gbdt"),
     out: Path = typer.Option(..., "--out", "-o", help="model directory"),
-    epochs: int = typer.Option(10),
+    epochs: int = typer.Option(24, help="epochs (neural models; the attention defaults were tuned at 24)"),
     device: str = typer.Option("cpu", help="cpu | cuda"),
     seed: int = typer.Option(0),
     json_out: bool = typer.Option(False, "--json"),
@@ -222,7 +222,7 @@ def evaluate(
 def report_pca(
     dataset: Path = typer.Option(Path("data/sample-cpu"), "--dataset"),
     out: Path = typer.Option(Path("reports/pca.md"), "--out", "-o"),
-    epochs: int = typer.Option(8),
+    epochs: int = typer.Option(24),
 ):
     """Train and evaluate the baselines and the attention model on the dataset's splits; one Markdown table."""
     from .report import pca_report

@@ -37,7 +37,7 @@ def _splits(ds: Path) -> list[tuple[str, str, dict]]:
     return out
 
 
-def pca_report(dataset: Path, out: Path, epochs: int = 8, ratio: float = 0.45, seed: int = 0,
+def pca_report(dataset: Path, out: Path, epochs: int = 24, ratio: float = 0.45, seed: int = 0,
                command: str | None = None) -> Path:
     from .metrics import evaluate_predictions, random_topk_expectation
     from .prune import prune
