@@ -1,0 +1,92 @@
+"""Cost-model quality on the issue's splits of the real GPU logs: attention vs GBDT vs MLP vs random.
+
+    python benchmarks/model_splits.py [--realdata ../shared/realdata] [--epochs 24] [--models attention gbdt mlp]
+
+Converts roller-k80 and roller-mi50 (cached under --work), makes the splits of issue #6 and trains each model on the
+train part (valid part for early stopping), scoring TenSet's metrics on the test part:
+
+- ``within_k80``: within-task on roller-k80 alone (TenSet's 90/10 per task);
+- ``k80_mi50``: hardware-wise, trained on K80, tested on MI50 (zero-shot);
+- ``k80_mi50_fs10``: the same with 10% of MI50's records moved into training;
+- ``no_depthwise``: operator-wise, depthwise held out (both GPUs).
+
+``random`` is the exact expectation of a uniformly random ranking (metrics.random_topk_expectation; PCA 0.5).
+Writes reports/model_splits.md and .json. Attention trains with one thread (on a shared 2-core machine a second
+thread slows it down, see reports/train.md).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from tenset_curate.convert import convert
+from tenset_curate.metrics import evaluate_predictions, random_topk_expectation
+from tenset_curate.splits import write_split
+from tenset_curate.training import _part, arrays, fit_on_frame, labelled_split
+
+SPLITS = {
+    "within_k80": ("k80", dict(scheme="within-task", seed=0)),
+    "k80_mi50": ("gpu", dict(scheme="hardware", train_hw=["roller-k80"], test_hw=["roller-mi50"], seed=0)),
+    "k80_mi50_fs10": ("gpu", dict(scheme="hardware", train_hw=["roller-k80"], test_hw=["roller-mi50"],
+                                  few_shot=0.1, seed=0)),
+    "no_depthwise": ("gpu", dict(scheme="operator", holdout=["depthwise"], seed=0)),
+}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--realdata", default=str(Path(__file__).resolve().parents[2] / "shared" / "realdata"))
+    ap.add_argument("--work", default="/tmp/tc-bench-model-splits")
+    ap.add_argument("--epochs", type=int, default=24)
+    ap.add_argument("--models", nargs="+", default=["attention", "gbdt", "mlp"])
+    ap.add_argument("--splits", nargs="+", default=list(SPLITS))
+    ap.add_argument("--out", default="reports/model_splits.md")
+    a = ap.parse_args(argv)
+    work, real = Path(a.work), Path(a.realdata) / "ansor"
+    ds = {"k80": work / "k80", "gpu": work / "gpu"}
+    convert([real / "roller-k80"], ds["k80"], workers=2)
+    convert([real / "roller-k80", real / "roller-mi50"], ds["gpu"], workers=2)
+    rows = []
+    for name in a.splits:
+        which, kw = SPLITS[name]
+        write_split(ds[which], name, kw.pop("scheme"), **kw)
+        df = labelled_split(ds[which], name)
+        d = arrays(df)
+        part = df["part"].to_numpy()
+        test = _part(d, part == "test")
+        rnd = {"pca": 0.5, **{f"top{k}": random_topk_expectation(test["task_ids"], test["labels"], k)
+                              for k in (1, 5)}}
+        rows.append({"split": name, "model": "random", **{k: round(float(v), 4) for k, v in rnd.items()},
+                     "train_records": int((part == "train").sum()), "test_records": int((part == "test").sum()),
+                     "seconds": 0})
+        for kind in a.models:
+            hp = {"num_threads": 1} if kind == "attention" else {}
+            t0 = time.perf_counter()
+            m, _ = fit_on_frame(df, kind, seed=0, epochs=a.epochs, **hp)
+            secs = time.perf_counter() - t0
+            r = evaluate_predictions(test["task_ids"], test["labels"], m.predict(test))
+            rows.append({"split": name, "model": kind, **{k: round(float(r[k]), 4) for k in ("pca", "top1", "top5")},
+                         "train_records": int((part == "train").sum()), "test_records": int((part == "test").sum()),
+                         "seconds": round(secs, 1)})
+            print(json.dumps(rows[-1]), flush=True)
+    lines = ["# Cost models on the real GPU logs, per split", "",
+             f"Command: `python {' '.join(['benchmarks/model_splits.py', *(argv if argv is not None else sys.argv[1:])])}`",
+             "", "Seed 0; test part of each split; TenSet's metrics (tenset_curate/metrics.py); `random` is the exact "
+             "expectation of a random ranking.", "",
+             "| split | model | PCA | top-1 | top-5 | train records | test records | train seconds |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    lines += [f"| {r['split']} | {r['model']} | {r['pca']:.3f} | {r['top1']:.3f} | {r['top5']:.3f} | "
+              f"{r['train_records']} | {r['test_records']} | {r['seconds']} |" for r in rows]
+    Path(a.out).write_text("\n".join(lines) + "\n")
+    Path(a.out).with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
