@@ -36,3 +36,31 @@ if settings is not None:
         suppress_health_check=_SLOW_CHECKS,
     )
     settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# shared real-data fixtures
+import shutil  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+_REAL = Path(os.environ.get("TENSET_CURATE_REALDATA", Path(__file__).resolve().parents[2] / "shared" / "realdata"))
+
+
+@pytest.fixture(scope="session")
+def k80_three_logs_dataset(tmp_path_factory) -> Path:
+    """A dataset converted from the first three roller-k80 logs (the source the prune kill and full-disk tests
+    prune). Tests must not write into it."""
+    from tenset_curate.convert import convert
+
+    k80 = _REAL / "ansor" / "roller-k80"
+    if not k80.is_dir():
+        pytest.skip(f"real logs not found under {_REAL}")
+    base = tmp_path_factory.mktemp("k80-three")
+    inp = base / "in" / "k80"
+    inp.mkdir(parents=True)
+    for f in sorted(k80.rglob("*.json.gz"))[:3]:
+        shutil.copyfile(f, inp / f.name)
+    convert([inp], base / "ds")
+    return base / "ds"

@@ -262,15 +262,8 @@ def test_workers_1_and_2_are_byte_identical(small_inputs, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def prune_dataset(tmp_path_factory) -> Path:
-    base = tmp_path_factory.mktemp("prune-src")
-    hw = base / "in" / "k80"
-    hw.mkdir(parents=True)
-    for f in sorted(K80.rglob("*.json.gz"))[:3]:
-        shutil.copyfile(f, hw / f.name)
-    ds = base / "ds"
-    convert([hw], ds)
-    return ds
+def prune_dataset(k80_three_logs_dataset) -> Path:
+    return k80_three_logs_dataset
 
 
 PRUNE_JSON = ("manifest.json", "prune.json")

@@ -269,14 +269,8 @@ def test_convert_into_a_full_directory(target, level, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def prune_source(tmp_path_factory) -> Path:
-    base = tmp_path_factory.mktemp("full-prune-src")
-    inp = base / "in" / "k80"
-    inp.mkdir(parents=True)
-    for f in sorted(K80.rglob("*.json.gz"))[:3]:
-        shutil.copyfile(f, inp / f.name)
-    convert([inp], base / "ds")
-    return base / "ds"
+def prune_source(k80_three_logs_dataset) -> Path:
+    return k80_three_logs_dataset
 
 
 @pytest.mark.parametrize("level", LEVELS)
