@@ -42,6 +42,8 @@ import pytest
 from tenset_curate.convert import convert
 from tenset_curate.storage import OutputError
 
+from _outputs import TIMING_KEYS, strip_timing  # noqa: E402,F401
+
 REPO = Path(__file__).resolve().parents[1]
 REAL = Path(os.environ.get("TENSET_CURATE_REALDATA", REPO.parent / "shared" / "realdata"))
 K80 = REAL / "ansor" / "roller-k80"
@@ -49,7 +51,6 @@ K80 = REAL / "ansor" / "roller-k80"
 pytestmark = pytest.mark.skipif(not K80.is_dir(), reason=f"real logs not found under {REAL}")
 
 N_KILLS = 20
-TIMING_KEYS = {"seconds", "built_at", "since", "started", "finished", "elapsed"}
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
 
 CONVERT_CODE = (
@@ -95,14 +96,6 @@ def _copy_inputs(dest: Path, n_k80: int, ms_db: str) -> list[str]:
 @pytest.fixture(scope="module")
 def small_inputs(tmp_path_factory) -> list[str]:
     return _copy_inputs(tmp_path_factory.mktemp("crash-in"), 8, "mlc-llm-vicuna-metal")
-
-
-def strip_timing(obj):
-    if isinstance(obj, dict):
-        return {k: strip_timing(v) for k, v in obj.items() if k not in TIMING_KEYS}
-    if isinstance(obj, list):
-        return [strip_timing(v) for v in obj]
-    return obj
 
 
 def norm_json(path: Path) -> bytes:

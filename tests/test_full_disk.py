@@ -49,6 +49,8 @@ import pytest
 from tenset_curate.convert import convert
 from tenset_curate.prune import prune
 
+from _outputs import TIMING_KEYS, strip_timing  # noqa: E402,F401
+
 REPO = Path(__file__).resolve().parents[1]
 REAL = Path(os.environ.get("TENSET_CURATE_REALDATA", REPO.parent / "shared" / "realdata"))
 K80 = REAL / "ansor" / "roller-k80"
@@ -57,7 +59,6 @@ ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.e
 pytestmark = pytest.mark.skipif(not K80.is_dir(), reason=f"real logs not found under {REAL}")
 
 TMPFS_SIZE = 8 << 20
-TIMING_KEYS = {"seconds", "built_at", "since", "started", "finished", "elapsed"}
 LEVELS = ["no-space", "mid-shard", "shards-fit"]
 ERRNO_WORDS = {"tmpfs": ("ENOSPC", "no space left"), "rlimit": ("EFBIG", "file too large")}
 
@@ -154,14 +155,6 @@ def target(request, tmp_path):
 
 # ----------------------------------------------------------------------------------------------------------------
 # helpers
-
-
-def strip_timing(obj):
-    if isinstance(obj, dict):
-        return {k: strip_timing(v) for k, v in obj.items() if k not in TIMING_KEYS}
-    if isinstance(obj, list):
-        return [strip_timing(v) for v in obj]
-    return obj
 
 
 def files(d: Path) -> dict[str, bytes]:
