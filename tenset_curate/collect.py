@@ -46,7 +46,7 @@ import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from .workloads import Workload, get_workloads
 
@@ -160,45 +160,41 @@ def read_workload_hashes(out_dir: str | os.PathLike) -> list[str]:
     return out
 
 
-def count_records(out_dir: str | os.PathLike) -> dict[int, dict[str, int]]:
-    """Per workload index: ``{"records": n, "failed": n_failed}`` from the tuning-record file.
-
-    A record is failed when any of its run_secs is >= 1e9 (MetaSchedule stores 1e10)."""
+def iter_record_secs(out_dir: str | os.PathLike) -> Iterator[tuple[int, list[float]]]:
+    """(workload index, run_secs) of every record of a database's tuning-record file, in file order."""
     path = _db_path(Path(out_dir), DB_RECORD)
-    counts: dict[int, dict[str, int]] = {}
     if not path.exists():
-        return counts
-    with _open_text(path) as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            idx, rec = json.loads(line)
-            run_secs = rec[1] or []
-            failed = (not run_secs) or any(float(s) >= _FAILED_THRESHOLD for s in run_secs)
-            c = counts.setdefault(int(idx), {"records": 0, "failed": 0})
-            c["records"] += 1
-            c["failed"] += int(failed)
-    return counts
-
-
-def _best_latency(out_dir: Path, index: int) -> float | None:
-    path = _db_path(out_dir, DB_RECORD)
-    best = None
-    if not path.exists():
-        return None
+        return
     with _open_text(path) as f:
         for line in f:
             if not line.strip():
                 continue
             idx, rec = json.loads(line)
-            if int(idx) != index:
-                continue
-            secs = [float(s) for s in (rec[1] or [])]
-            if secs and all(0 < s < _FAILED_THRESHOLD for s in secs):
-                m = sum(secs) / len(secs)
-                best = m if best is None else min(best, m)
-    return best
+            yield int(idx), [float(s) for s in (rec[1] or [])]
+
+
+def valid_mean_secs(secs: list[float]) -> float | None:
+    """Mean of a record's run_secs; None for a failed record (no run, or a run outside (0, 1e9) s)."""
+    return sum(secs) / len(secs) if secs and all(0 < s < _FAILED_THRESHOLD for s in secs) else None
+
+
+def count_records(out_dir: str | os.PathLike) -> dict[int, dict[str, int]]:
+    """Per workload index: ``{"records": n, "failed": n_failed}`` from the tuning-record file.
+
+    A record is failed when any of its run_secs is >= 1e9 (MetaSchedule stores 1e10)."""
+    counts: dict[int, dict[str, int]] = {}
+    for idx, secs in iter_record_secs(out_dir):
+        failed = (not secs) or any(s >= _FAILED_THRESHOLD for s in secs)
+        c = counts.setdefault(idx, {"records": 0, "failed": 0})
+        c["records"] += 1
+        c["failed"] += int(failed)
+    return counts
+
+
+def _best_latency(out_dir: Path, index: int) -> float | None:
+    means = [m for idx, secs in iter_record_secs(out_dir) if idx == index
+             for m in [valid_mean_secs(secs)] if m is not None]
+    return min(means) if means else None
 
 
 # --------------------------------------------------------------------------------------------

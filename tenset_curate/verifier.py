@@ -459,20 +459,9 @@ def _safe(name: str) -> str:
 
 def _read_run_records(run_dir: Path) -> list[float | None]:
     """Mean run seconds per database record, in order; None for a failed record."""
-    from .collect import DB_RECORD, _db_path, _open_text
+    from .collect import iter_record_secs, valid_mean_secs
 
-    path = _db_path(run_dir, DB_RECORD)
-    out: list[float | None] = []
-    if not path.exists():
-        return out
-    with _open_text(path) as f:
-        for line in f:
-            if not line.strip():
-                continue
-            _idx, rec = json.loads(line)
-            secs = [float(s) for s in (rec[1] or [])]
-            out.append(sum(secs) / len(secs) if secs and all(0 < s < _FAILED for s in secs) else None)
-    return out
+    return [valid_mean_secs(secs) for _idx, secs in iter_record_secs(run_dir)]
 
 
 def _best_so_far(lat: list[float | None]) -> list[float | None]:

@@ -179,6 +179,31 @@ def kill_points(n: int, duration: float, rng: random.Random) -> list[float]:
     return [(i + rng.random()) / n * duration for i in range(n)]
 
 
+def _kill_and_resume(base: Path, n_kills: int, launch, check_dead, resume) -> dict:
+    """Attempts until ``n_kills`` runs were SIGKILLed: ``launch(attempt, out)`` starts a run into ``out`` and returns
+    (process, delay in s, description); a killed run's ``out`` goes through ``check_dead``; every attempt then
+    ``resume(out, attempt, description)``s to completion, leaves no temporary file, and ``out`` is removed."""
+    stats = {"killed": 0, "finished_first": 0, "visible_shards_max": 0}
+    attempt = 0
+    while stats["killed"] < n_kills:
+        assert attempt < 3 * n_kills, f"only {stats['killed']} kills in {attempt} attempts"
+        out = base / f"kill{attempt}"
+        p, delay, what = launch(attempt, out)
+        killed = kill_after(p, delay)
+        attempt += 1
+        if killed:
+            stats["killed"] += 1
+            if out.exists():
+                check_dead(out)
+                stats["visible_shards_max"] = max(stats["visible_shards_max"], len(list(out.rglob("*.parquet"))))
+        else:
+            stats["finished_first"] += 1
+        resume(out, attempt, what)
+        no_temp_files(out)
+        shutil.rmtree(out)
+    return stats
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # convert
 
@@ -195,29 +220,21 @@ def _convert_kill_test(inputs: list[str], base: Path, n_kills: int, seed: int) -
     assert_same(snapshot(ref2_dir), ref, "workers=2 reference")
     shutil.rmtree(ref2_dir)
     durations = {1: d1, 2: d2}
-    kills, attempt, stats = 0, 0, {"killed": 0, "finished_first": 0, "visible_shards_max": 0}
     delays = kill_points(n_kills, 1.0, rng)
-    while kills < n_kills:
-        assert attempt < 3 * n_kills, f"only {kills} kills in {attempt} attempts"
+
+    def launch(attempt: int, out: Path):
         workers = 1 + attempt % 2
         frac = delays[attempt] if attempt < len(delays) else rng.random() * 0.9
-        out = base / f"kill{attempt}"
         p = start(CONVERT_CODE, args, str(out), str(workers))
-        killed = kill_after(p, frac * durations[workers])
-        attempt += 1
-        if killed:
-            kills += 1
-            stats["killed"] += 1
-            if out.exists():
-                check_visible_while_dead(out, ref, ref_manifest)
-                stats["visible_shards_max"] = max(stats["visible_shards_max"], len(list(out.rglob("*.parquet"))))
-        else:
-            stats["finished_first"] += 1
+        return p, frac * durations[workers], f"workers={workers}, killed after {frac:.2f} of the run"
+
+    def resume(out: Path, attempt: int, what: str) -> None:
         s = convert(inputs, out, workers=1)  # resume to completion
         assert s["totals"]["balanced"] and not s["errors"], s
-        assert_same(snapshot(out), ref, f"attempt {attempt} (workers={workers}, killed after {frac:.2f} of the run)")
-        no_temp_files(out)
-        shutil.rmtree(out)
+        assert_same(snapshot(out), ref, f"attempt {attempt} ({what})")
+
+    stats = _kill_and_resume(base, n_kills, launch, lambda out: check_visible_while_dead(out, ref, ref_manifest),
+                             resume)
     stats["durations"] = {k: round(v, 2) for k, v in durations.items()}
     return stats
 
@@ -270,30 +287,23 @@ def _prune_kill_test(ds: Path, base: Path, method: str, n_kills: int, seed: int)
     duration = run_to_end(PRUNE_CODE, str(ds), str(ref_dir), "0.5", method, "0")
     ref = snapshot(ref_dir, PRUNE_JSON)
     assert any(k.endswith(".parquet") for k in ref)
-    kills, attempt, stats = 0, 0, {"killed": 0, "finished_first": 0, "duration": round(duration, 2),
-                                   "visible_shards_max": 0}
     delays = kill_points(n_kills, duration, rng)
-    while kills < n_kills:
-        assert attempt < 3 * n_kills, f"only {kills} kills in {attempt} attempts"
+
+    def launch(attempt: int, out: Path):
         delay = delays[attempt] if attempt < len(delays) else rng.random() * 0.9 * duration
-        out = base / f"kill{attempt}"
-        killed = kill_after(start(PRUNE_CODE, str(ds), str(out), "0.5", method, "0"), delay)
-        attempt += 1
-        if killed:
-            kills += 1
-            stats["killed"] += 1
-            if out.exists():
-                check_visible_while_dead(out, ref, None)
-                for name in PRUNE_JSON:
-                    if (out / name).exists():
-                        orjson.loads((out / name).read_bytes())
-                stats["visible_shards_max"] = max(stats["visible_shards_max"], len(list(out.rglob("*.parquet"))))
-        else:
-            stats["finished_first"] += 1
+        return start(PRUNE_CODE, str(ds), str(out), "0.5", method, "0"), delay, f"killed after {delay:.2f} s"
+
+    def check_dead(out: Path) -> None:
+        check_visible_while_dead(out, ref, None)
+        for name in PRUNE_JSON:
+            if (out / name).exists():
+                orjson.loads((out / name).read_bytes())
+
+    def resume(out: Path, attempt: int, what: str) -> None:
         prune(ds, out, 0.5, method, 0)  # resume into the same directory
-        assert_same(snapshot(out, PRUNE_JSON), ref, f"prune attempt {attempt} (killed after {delay:.2f} s)")
-        no_temp_files(out)
-        shutil.rmtree(out)
+        assert_same(snapshot(out, PRUNE_JSON), ref, f"prune attempt {attempt} ({what})")
+
+    stats = {"duration": round(duration, 2), **_kill_and_resume(base, n_kills, launch, check_dead, resume)}
     return stats
 
 
