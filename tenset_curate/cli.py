@@ -110,6 +110,9 @@ def prune(
     seed: int = typer.Option(0),
     min_keep: int = typer.Option(8, help="records every task keeps at least"),
     evaluate: bool = typer.Option(False, help="also train a proxy ranker on full vs pruned vs random data"),
+    workers: int = typer.Option(1, help="units of whole tasks prepared and selected in parallel"),
+    executor: str = typer.Option("local", help="local | ray"),
+    address: str = typer.Option(None, help="Ray cluster address (with --executor ray), e.g. auto"),
     json_out: bool = typer.Option(False, "--json"),
 ):
     """Prune a dataset down to a ratio; writes a dataset with the same schema and a pruning report."""
@@ -117,7 +120,7 @@ def prune(
     from .storage import OutputError
 
     try:
-        s = run(dataset, out, ratio, method, seed, min_keep)
+        s = run(dataset, out, ratio, method, seed, min_keep, executor=executor, workers=workers, address=address)
     except (ValueError, FileNotFoundError, OutputError) as e:
         _fail(str(e))
     if evaluate:

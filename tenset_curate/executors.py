@@ -6,7 +6,8 @@ completion order. The callers (``convert``: one item per input file) make result
 executor ran it and with however many workers.
 
 - ``local``, ``workers <= 1``: in this process, in the given order (no pickling, no pool).
-- ``local``, ``workers > 1``: a ``ProcessPoolExecutor`` of ``workers`` processes, biggest item first.
+- ``local``, ``workers > 1``: a ``ProcessPoolExecutor`` of ``workers`` processes (forkserver: safe after the
+  parent ran threaded Polars/Arrow code), biggest item first.
 - ``ray``: one Ray task per item (``num_cpus=1`` each), biggest first. Without ``address`` a local Ray instance is
   started with ``num_cpus=workers`` (so ``workers`` tasks run at once); with ``address`` (``"auto"``, or
   ``"ray://host:10001"``) it connects to that cluster and uses all its CPUs. A Ray instance that is already
@@ -84,7 +85,11 @@ def map_unordered(fn: Callable, items: Iterable, executor: str = "local", worker
 def _local_pool(fn, items, workers):
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    pool = ProcessPoolExecutor(max_workers=workers)
+    import multiprocessing
+
+    # forkserver, not fork: a forked child inherits the locks of the parent's threads (Polars' and Arrow's pools,
+    # held by whatever the parent was doing) and can deadlock on its first query
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("forkserver"))
     try:
         futs = [pool.submit(fn, it) for it in items]
         for f in as_completed(futs):

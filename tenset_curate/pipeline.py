@@ -19,10 +19,10 @@ interrupted-then-resumed run ends byte-identical to an uninterrupted one. Every 
 ``summary.md`` (time, rows in/out and peak memory per step).
 
 Executors (``executor="local" | "ray"``, ``workers``, ``address``; see executors.py) decide where ``convert``'s
-per-input work runs; the executor is not part of any step key because the outputs do not depend on it (a run on Ray
-after a local one skips every step). ``prune`` runs in this process whatever the executor: its selection draws one
-random stream across all (hardware, task) groups in order and allocates the kept budget across groups with a
-global largest remainder, so splitting it by task would change which records it keeps.
+per-input work and ``prune``'s per-unit work (units of whole tasks, see ``prune.plan_units``) run; the executor is
+not part of any step key because the outputs do not depend on it (a run on Ray after a local one skips every step):
+convert names shards by content and prune draws a random stream per task and allocates its budget from per-task
+counts taken in (hardware, task) order.
 
 ``collect`` (MetaSchedule tuning, ``tenset_curate.collect.collect``) and ``verify`` (``tenset_curate.verifier.verify``)
 need TVM. Their keys use the code version of the modules they run (not the whole package), so editing, say, the
@@ -332,7 +332,8 @@ def step_prune(p: dict, workdir: Path, base: Path, workers: int, log, exe: dict)
     from .prune import prune
 
     s = prune(workdir / "convert", _fresh(workdir / "prune"), float(p.get("ratio", 0.45)), p.get("method", "hybrid"),
-              int(p.get("seed", 0)), int(p.get("min_keep", 8)))
+              int(p.get("seed", 0)), int(p.get("min_keep", 8)), executor=exe["executor"],
+              workers=int(p.get("workers", workers)), address=exe["address"])
     return {"rows_in": s["records_before"], "rows_out": s["records_after"],
             "summary": f"{s['method']} removed {s['ratio_achieved']:.2%}"}
 

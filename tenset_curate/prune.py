@@ -20,6 +20,15 @@
 Invariants (checked): deterministic for a seed; every (hardware, task) keeps its best valid record and at least
 ``min_keep`` records (or all it has); the achieved ratio is within 1% of the request whenever the minimums allow;
 the output has the record schema.
+
+How it runs (``prune``): the dataset is cut into units of whole tasks (``plan_units``: shards that share a task are
+one component; components are packed into units of about ``UNIT_RECORDS`` records). Pass 1 prepares each unit
+(labels, features, duplicate keys) and returns only per-task pool counts; the kept budget is allocated over all
+tasks in (hardware, task_id) order from those counts (``global_allocation``: proportional, largest remainder); pass 2
+selects each unit's records and writes one shard per unit. Every task draws from its own random stream
+(``task_rng``: seed and task key), so the result does not depend on the units, the executor or the worker count, and
+``select`` (the same three steps on one in-memory frame, used by the evaluation) keeps the same records. Memory is
+that of one unit per worker. The one exception: ``importance`` trains its proxy per unit.
 """
 from __future__ import annotations
 
@@ -38,6 +47,8 @@ from .schema import RECORD_SCHEMA
 
 METHODS = ["redundancy", "cluster", "importance", "hybrid", "random"]
 HYBRID_IMPORTANCE_SHARE = 0.0  # see the module docstring: importance picks hurt the proxy on real data
+UNIT_RECORDS = 20_000  # records per processing unit (whole tasks): bounds prune's memory whatever the input size
+FEATURE_SLICE = 16_384  # rows featurized at once inside a unit
 
 
 def load_records(dataset: Path, columns: list[str] | None = None) -> pl.DataFrame:
@@ -180,97 +191,161 @@ def importance_scores(feats: dict, labels: np.ndarray, groups: np.ndarray, valid
     return score
 
 
-def select(df: pl.DataFrame, ratio: float, method: str = "hybrid", seed: int = 0, min_keep: int = 8,
-           feats: dict | None = None) -> tuple[np.ndarray, dict]:
-    """Decide which rows of ``df`` (sorted, labelled) to keep. Returns (keep mask, info)."""
+def task_rng(seed: int, hardware: str, task_id: str) -> np.random.Generator:
+    """The random stream of one (hardware, task): a function of the seed and the task alone, so a task's selection
+    does not depend on which other tasks share its run, its processing unit or its worker."""
+    h = hashlib.blake2b(f"{hardware}\0{task_id}".encode(), digest_size=8).digest()
+    return np.random.default_rng([int(seed) & 0xFFFFFFFF, int.from_bytes(h[:4], "little"),
+                                  int.from_bytes(h[4:], "little")])
+
+
+def _check_args(ratio: float, method: str) -> None:
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
     if not 0.0 <= ratio < 1.0:
         raise ValueError("ratio is the fraction removed and must lie in [0, 1)")
-    rng = np.random.default_rng(seed)
+
+
+def _unit_features(df: pl.DataFrame, groups: np.ndarray, need_keys: bool, need_flat: bool,
+                   feats: dict | None) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Dedup keys and flat features, featurizing ``FEATURE_SLICE`` rows at a time (the token tensor of a whole unit
+    would be the biggest thing in memory; only its 64-bit hash and the flat features are kept)."""
+    if feats is not None:
+        keys = dedup_keys(feats["tokens"], feats["mask"], groups) if need_keys else None
+        return keys, (feats["flat"] if need_flat else None)
+    if not (need_keys or need_flat):
+        return None, None
+    if df.height == 0:
+        f = featurize(df)
+        return (np.zeros(0, np.uint64) if need_keys else None), (f["flat"] if need_flat else None)
+    keys, flat = [], []
+    for lo in range(0, df.height, FEATURE_SLICE):
+        f = featurize(df.slice(lo, FEATURE_SLICE))
+        if need_keys:
+            keys.append(dedup_keys(f["tokens"], f["mask"], groups[lo:lo + FEATURE_SLICE]))
+        if need_flat:
+            flat.append(f["flat"])
+    return (np.concatenate(keys) if need_keys else None), (np.concatenate(flat) if need_flat else None)
+
+
+def prepare_unit(df: pl.DataFrame, method: str, seed: int = 0, feats: dict | None = None) -> dict:
+    """Everything the selection needs from a set of whole tasks (``df`` labelled): per-row group, label, validity,
+    best-record flag, the pool the budget is allocated over, duplicate keys, flat features, importance scores.
+
+    The pool per method: all records (random, cluster, importance); duplicate-set representatives plus each
+    group's best record (redundancy, hybrid)."""
     n = df.height
-    groups = _group_index(df)
+    groups = _group_index(df) if n else np.zeros(0, np.int64)
+    gkeys = (df.select("hardware", "task_id").with_columns(pl.Series("g", groups)).unique("g").sort("g")
+             .select("hardware", "task_id").rows())
     labels = df["label"].to_numpy()
     valid = df["is_valid"].to_numpy()
-    keep_total = int(round(n * (1 - ratio)))
-    info: dict = {}
-    # best valid record per group: always kept
-    best = np.zeros(n, bool)
     lab_masked = np.where(valid, labels, -1.0)
+    best = np.zeros(n, bool)
     order = np.lexsort((-lab_masked, groups))
     first = np.ones(n, bool)
     first[1:] = groups[order][1:] != groups[order][:-1]
     best[order[first & (lab_masked[order] > 0)]] = True
-
-    alive = np.ones(n, bool)  # candidates still available
-    merged_into = None
-    if method in ("redundancy", "hybrid"):
-        feats = feats or featurize(df)
-        keys = dedup_keys(feats["tokens"], feats["mask"], groups)
+    need_keys = method in ("redundancy", "hybrid")
+    need_flat = method in ("cluster", "hybrid", "importance")
+    keys, flat = _unit_features(df, groups, need_keys, need_flat, feats)
+    unit = {"groups": groups, "labels": labels, "valid": valid, "best": best, "pool": np.ones(n, bool)}
+    info = {}
+    if need_keys:
         # representative of each duplicate set: its best (highest label) member, so labels keep their scale
         o = np.lexsort((np.arange(n), -lab_masked, keys))
         rep = np.ones(n, bool)
         rep[1:] = keys[o][1:] != keys[o][:-1]
         is_rep = np.zeros(n, bool)
         is_rep[o[rep]] = True
+        unit["pool"] = is_rep | best
+        unit["merge_keys"] = keys
         info["duplicates"] = int((~is_rep).sum())
-        merged_into = keys
-        if method == "redundancy":
-            alive &= is_rep
-            keep = alive.copy()
-            if keep.sum() > keep_total:  # trim at random beyond the duplicates, minimums respected
-                keep = _fill(keep, best, groups, keep_total, min_keep, rng, score=None)
-            return keep, {**info, "merge_keys": merged_into}
-        alive &= is_rep | best
-    if method == "random":
-        keep = _fill(np.ones(n, bool), best, groups, keep_total, min_keep, rng, score=None)
-        return keep, info
-    feats = feats or featurize(df)
     if method == "hybrid":
-        # drop failures before any valid record, keeping at least one failure per group for failure modelling
-        sizes = np.bincount(groups, minlength=groups.max() + 1)
-        alloc = allocate(np.bincount(groups[alive], minlength=len(sizes)), keep_total, min_keep)
-        info["failed_dropped_first"] = int((alive & ~valid).sum())
-    else:
-        alloc = allocate(np.bincount(groups, minlength=groups.max() + 1), keep_total, min_keep)
-    keep = np.zeros(n, bool)
-    keep |= best
-    imp = None
+        info["failed_dropped_first"] = int((unit["pool"] & ~valid).sum())
+    if flat is not None and method != "importance":
+        unit["flat"] = flat
     if method == "importance" or (method == "hybrid" and HYBRID_IMPORTANCE_SHARE > 0):
-        imp = importance_scores(feats, labels, groups, valid, seed)
-    by_group = np.argsort(groups, kind="stable")  # rows need not be sorted by group
+        unit["imp"] = importance_scores({"flat": flat}, labels, groups, valid, seed)
+        unit["flat"] = flat
+    return {"arrays": unit, "group_keys": gkeys, "info": info}
+
+
+def pool_counts(unit: dict) -> np.ndarray:
+    a = unit["arrays"]
+    return np.bincount(a["groups"][a["pool"]], minlength=len(unit["group_keys"]))
+
+
+def select_unit(unit: dict, alloc: np.ndarray, method: str, seed: int) -> np.ndarray:
+    """Keep mask over a unit's rows, given the records to keep per group (``alloc``, in group order). Each group
+    draws from its own stream (``task_rng``), so the result for a task depends on its records, the seed and its
+    allocation only."""
+    a = unit["arrays"]
+    groups, labels, valid, best, pool = a["groups"], a["labels"], a["valid"], a["best"], a["pool"]
+    n = len(groups)
+    keep = best & pool
+    if n == 0:
+        return keep
+    by_group = np.argsort(groups, kind="stable")
     bounds = np.flatnonzero(np.diff(groups[by_group], prepend=-1, append=groups.max() + 1))
     for gi in range(len(bounds) - 1):
-        lo, hi = bounds[gi], bounds[gi + 1]
-        idx = by_group[lo:hi]
-        k = int(alloc[groups[idx[0]]]) - int(keep[idx].sum())
-        cand = idx[alive[idx] & ~keep[idx]]
+        idx = by_group[bounds[gi]:bounds[gi + 1]]
+        g = int(groups[idx[0]])
+        rng = task_rng(seed, *unit["group_keys"][g])
+        k = int(alloc[g]) - int(keep[idx].sum())
+        cand = idx[pool[idx] & ~keep[idx]]
+        if k <= 0 or len(cand) == 0:
+            continue
+        if method in ("random", "redundancy"):
+            keep[rng.permutation(cand)[:k]] = True
+            continue
         if method == "hybrid":
             cand_valid = cand[valid[cand]]
             if k > len(cand_valid):  # not enough valid ones: add failures
                 keep[cand_valid] = True
-                k -= len(cand_valid)
-                failed = cand[~valid[cand]]
-                keep[rng.permutation(failed)[:k]] = True
+                keep[rng.permutation(cand[~valid[cand]])[:k - len(cand_valid)]] = True
                 continue
             cand = cand_valid
-        if k <= 0 or len(cand) == 0:
-            continue
         if k >= len(cand):
             keep[cand] = True
-            continue
-        if method == "cluster":
-            keep[_cluster_select(cand, k, feats["flat"], labels, rng)] = True
+        elif method == "cluster":
+            keep[_cluster_select(cand, k, a["flat"], labels, rng)] = True
         elif method == "importance":
-            keep[_importance_pick(cand, k, imp, rng)] = True
+            keep[_importance_pick(cand, k, a["imp"], rng)] = True
         else:  # hybrid: cluster representatives, with a share of importance picks
             kc = k - int(round(k * HYBRID_IMPORTANCE_SHARE))
-            sel = _cluster_select(cand, kc, feats["flat"], labels, rng) if kc else np.array([], np.int64)
+            sel = _cluster_select(cand, kc, a["flat"], labels, rng) if kc else np.array([], np.int64)
             keep[sel] = True
             if k - len(sel) > 0:
                 rest = cand[~keep[cand]]
-                keep[_importance_pick(rest, k - len(sel), imp, rng)] = True
-    return keep, {**info, "merge_keys": merged_into}
+                keep[_importance_pick(rest, k - len(sel), a["imp"], rng)] = True
+    return keep
+
+
+def global_allocation(group_keys: list[tuple[str, str]], counts: np.ndarray, keep_total: int,
+                      min_keep: int) -> np.ndarray:
+    """``allocate`` over all groups of a dataset taken in (hardware, task_id) order, whatever order (units,
+    workers) they arrived in; returned in the order given."""
+    order = sorted(range(len(group_keys)), key=lambda i: group_keys[i])
+    alloc_sorted = allocate(np.asarray(counts, np.int64)[order], keep_total, min_keep)
+    alloc = np.empty(len(order), np.int64)
+    alloc[order] = alloc_sorted
+    return alloc
+
+
+def select(df: pl.DataFrame, ratio: float, method: str = "hybrid", seed: int = 0, min_keep: int = 8,
+           feats: dict | None = None) -> tuple[np.ndarray, dict]:
+    """Decide which rows of ``df`` (whole tasks, labelled) to keep. Returns (keep mask, info).
+
+    In memory, on one frame; ``prune`` runs the same three steps (``prepare_unit``, ``global_allocation``,
+    ``select_unit``) over units of a stored dataset, so both keep the same records (except ``importance``, whose
+    proxy model is trained per unit)."""
+    _check_args(ratio, method)
+    unit = prepare_unit(df, method, seed, feats)
+    keep_total = int(round(df.height * (1 - ratio)))
+    alloc = global_allocation(unit["group_keys"], pool_counts(unit), keep_total, min_keep)
+    keep = select_unit(unit, alloc, method, seed)
+    return keep, {**unit["info"], "merge_keys": unit["arrays"].get("merge_keys")}
 
 
 def _importance_pick(cand: np.ndarray, k: int, imp: np.ndarray, rng) -> np.ndarray:
@@ -282,20 +357,6 @@ def _importance_pick(cand: np.ndarray, k: int, imp: np.ndarray, rng) -> np.ndarr
     top = o[:k_top]
     rest = o[k_top:]
     return np.concatenate([top, rng.permutation(rest)[: k - k_top]])
-
-
-def _fill(pool: np.ndarray, best: np.ndarray, groups: np.ndarray, keep_total: int, min_keep: int, rng,
-          score) -> np.ndarray:
-    """Random selection inside ``pool``: best records, then per-group allocation at random."""
-    alloc = allocate(np.bincount(groups[pool], minlength=groups.max() + 1), keep_total, min_keep)
-    keep = best & pool
-    perm = rng.permutation(len(groups))
-    taken = np.bincount(groups[keep], minlength=len(alloc))
-    for i in perm:
-        if pool[i] and not keep[i] and taken[groups[i]] < alloc[groups[i]]:
-            keep[i] = True
-            taken[groups[i]] += 1
-    return keep
 
 
 def merge_duplicates(df: pl.DataFrame, keep: np.ndarray, merge_keys: np.ndarray | None) -> pl.DataFrame:
@@ -316,19 +377,124 @@ def merge_duplicates(df: pl.DataFrame, keep: np.ndarray, merge_keys: np.ndarray 
     return kept.drop("k", "mcosts", "n_merged")
 
 
-def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: int = 0, min_keep: int = 8,
-          report: bool = True) -> dict:
-    """Prune ``dataset`` into a new dataset at ``out`` (same schema, own manifest, catalog and report)."""
-    from .storage import (_explain, atomic_write_json, atomic_write_text, dataset_lock, remove_stale_tmp,
-                          write_parquet_atomic)
+def plan_units(dataset: Path, unit_records: int = UNIT_RECORDS) -> list[dict]:
+    """Split a stored dataset into processing units of whole tasks.
 
+    Shards that share a (hardware, task) are joined (union-find) into components, so every task lies in exactly
+    one component; components, in order of their first (hardware, task_id), are packed into units of up to
+    ``unit_records`` records (a bigger component is a unit of its own). TenSet keeps one file per task, so its
+    components are single shards and units stay near ``unit_records``. Reads the two key columns only."""
+    import pyarrow.parquet as pq
+
+    root = Path(dataset)
+    shards = sorted((root / "records").glob("*/*.parquet"))
+    if not shards:
+        raise FileNotFoundError(f"{dataset}: no record shards under records/ (run curate convert first)")
+    parent = list(range(len(shards)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    owner: dict[tuple[str, str], int] = {}
+    rows, first = [], []
+    for i, f in enumerate(shards):
+        t = pl.from_arrow(pq.read_table(f, columns=["hardware", "task_id"]))
+        rows.append(t.height)
+        ks = t.unique().sort(["hardware", "task_id"]).rows()
+        first.append(ks[0] if ks else ("", ""))
+        for k in ks:
+            j = owner.setdefault(k, i)
+            if j != i:
+                parent[find(i)] = find(j)
+    comps: dict[int, dict] = {}
+    for i, f in enumerate(shards):
+        c = comps.setdefault(find(i), {"shards": [], "records": 0, "first": first[i]})
+        c["shards"].append(f.relative_to(root).as_posix())
+        c["records"] += rows[i]
+        c["first"] = min(c["first"], first[i])
+    units: list[dict] = []
+    for c in sorted(comps.values(), key=lambda c: (c["first"], c["shards"])):
+        if units and units[-1]["records"] + c["records"] <= unit_records:
+            units[-1]["shards"] += c["shards"]
+            units[-1]["records"] += c["records"]
+        else:
+            units.append({"shards": list(c["shards"]), "records": c["records"]})
+    for i, u in enumerate(units):
+        u["id"] = i
+    return units
+
+
+LIGHT_COLUMNS = ["hardware", "task_id", "record_id", "is_valid", "mean_cost"]  # what random's pass 1 reads
+
+
+def _read_unit(dataset: str, shards: list[str], columns: list[str] | None = None) -> pl.DataFrame:
+    df = pl.concat([pl.read_parquet(Path(dataset) / rel, columns=columns) for rel in shards], how="vertical")
+    return with_labels(df.sort(["hardware", "task_id", "record_id"]))
+
+
+def _pass1(item: dict) -> dict:
+    """Prepare one unit: selection arrays go to ``stage/units/<id>.npz``; the pool counts come back."""
+    df = _read_unit(item["dataset"], item["shards"], LIGHT_COLUMNS if item["method"] == "random" else None)
+    unit = prepare_unit(df, item["method"], item["seed"])
+    np.savez(Path(item["stage"]) / "units" / f"{item['id']:05d}.npz", **unit["arrays"])
+    return {"id": item["id"], "group_keys": unit["group_keys"], "counts": pool_counts(unit).tolist(),
+            "records": df.height, "info": unit["info"]}
+
+
+LABEL_BINS = 10_000  # label histogram of the report: quantiles to 1e-4
+
+
+def _pass2(item: dict) -> dict:
+    """Select, merge duplicates and write one unit's kept records; return what the report needs."""
+    from .features import operator_classes
+    from .storage import write_parquet_atomic
+
+    df = _read_unit(item["dataset"], item["shards"])
+    npz = Path(item["stage"]) / "units" / f"{item['id']:05d}.npz"
+    with np.load(npz, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    unit = {"arrays": arrays, "group_keys": [tuple(k) for k in item["group_keys"]]}
+    keep = select_unit(unit, np.asarray(item["alloc"], np.int64), item["method"], item["seed"])
+    kept = merge_duplicates(df, keep, arrays.get("merge_keys")).sort(["hardware", "task_id", "record_id"])
+    outputs = []
+    for (hw,), part in kept.group_by("hardware", maintain_order=True):
+        from .convert import _safe_part
+
+        rel = f"records/hardware={_safe_part(hw)}/part-{item['id']:05d}.parquet"
+        write_parquet_atomic(Path(item["stage"]) / rel, part.select(RECORD_SCHEMA.names).to_arrow().cast(RECORD_SCHEMA))
+        outputs.append(rel)
+    npz.unlink()
+    ops = operator_classes(df)
+    before = df.group_by("hardware", "task_id").len().rename({"len": "before"})
+    after = kept.group_by("hardware", "task_id").len().rename({"len": "after"})
+    tasks = before.join(after, on=["hardware", "task_id"], how="left").fill_null(0).join(ops.select(
+        "task_id", "op_class"), on="task_id", how="left")
+    edges = np.linspace(0.0, 1.0, LABEL_BINS + 1)
+    hist = lambda d: np.histogram(d.filter(pl.col("is_valid"))["label"].to_numpy(), edges)[0].tolist()  # noqa
+    return {"id": item["id"], "outputs": outputs, "after": kept.height, "tasks": tasks.to_dicts(),
+            "hist_before": hist(df), "hist_after": hist(with_labels(kept))}
+
+
+def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: int = 0, min_keep: int = 8,
+          report: bool = True, executor: str = "local", workers: int = 1, address: str | None = None,
+          unit_records: int = UNIT_RECORDS) -> dict:
+    """Prune ``dataset`` into a new dataset at ``out`` (same schema, own manifest, catalog and report).
+
+    Streams: the dataset is cut into units of whole tasks (``plan_units``); pass 1 prepares each unit (features,
+    duplicate keys, pool counts), the kept budget is allocated across all tasks from the counts alone
+    (``global_allocation``), pass 2 selects and writes each unit's kept records as one shard per hardware. Memory is
+    bounded by the largest unit, not the dataset, and the units run on any executor (``executors.map_unordered``:
+    local processes or Ray) with byte-identical output, since every task draws from its own random stream."""
+    from .executors import map_unordered
+    from .storage import _explain, atomic_write_json, atomic_write_text, dataset_lock, remove_stale_tmp
+
+    _check_args(ratio, method)
     t0 = time.perf_counter()
     dataset, out = Path(dataset), Path(out)
-    df = with_labels(load_records(dataset))
-    keep, info = select(df, ratio, method, seed, min_keep)
-    kept = merge_duplicates(df, keep, info.pop("merge_keys", None))
-    achieved = 1 - kept.height / df.height
-    secs = time.perf_counter() - t0
+    units = plan_units(dataset, unit_records)
     with dataset_lock(out, what="curate prune"):
         remove_stale_tmp(out)
         # All or nothing: every new file (shards, prune.json, the report, the manifest, the catalog) is written into
@@ -337,26 +503,45 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
         stage = out / f".stage.tmp-{os.getpid()}"
         shutil.rmtree(stage, ignore_errors=True)
         try:
-            outputs = []
-            for (hw,), part in kept.sort(["hardware", "task_id", "record_id"]).group_by("hardware",
-                                                                                     maintain_order=True):
-                from .convert import _safe_part
-
-                rel = f"records/hardware={_safe_part(hw)}/part-pruned.parquet"
-                write_parquet_atomic(stage / rel, part.select(RECORD_SCHEMA.names).to_arrow().cast(RECORD_SCHEMA))
-                outputs.append(rel)
+            (stage / "units").mkdir(parents=True)
+            common = {"dataset": str(dataset), "stage": str(stage), "method": method, "seed": seed}
+            items = [{**common, **u} for u in units]
+            cost = lambda it: it["records"]  # noqa: E731
+            first = sorted(map_unordered(_pass1, items, executor, workers, address, cost), key=lambda r: r["id"])
+            keys = [tuple(k) for r in first for k in r["group_keys"]]
+            n = sum(r["records"] for r in first)
+            alloc = global_allocation(keys, np.concatenate([np.asarray(r["counts"], np.int64) for r in first])
+                                      if first else np.zeros(0, np.int64), int(round(n * (1 - ratio))), min_keep)
+            at = 0
+            for it, r in zip(items, first):
+                it["group_keys"], it["alloc"] = r["group_keys"], alloc[at:at + len(r["group_keys"])].tolist()
+                at += len(r["group_keys"])
+            second = sorted(map_unordered(_pass2, items, executor, workers, address, cost), key=lambda r: r["id"])
+            outputs = [rel for r in second for rel in r["outputs"]]
+            kept_n = sum(r["after"] for r in second)
+            achieved = 1 - kept_n / n if n else 0.0
+            info: dict = {}
+            for r in first:
+                for k, v in r["info"].items():
+                    info[k] = info.get(k, 0) + v
+            tasks = pl.DataFrame([t for r in second for t in r["tasks"]],
+                                 schema={"hardware": pl.Utf8, "task_id": pl.Utf8, "before": pl.Int64,
+                                         "after": pl.Int64, "op_class": pl.Utf8}).sort("hardware", "task_id")
             summary = {
                 "source": str(dataset), "method": method, "ratio_requested": ratio,
                 "ratio_achieved": round(achieved, 6), "seed": seed, "min_keep": min_keep,
-                "records_before": df.height, "records_after": kept.height, "seconds": round(secs, 3),
-                **{k: v for k, v in info.items() if isinstance(v, (int, float, str))}, "outputs": outputs,
+                "records_before": n, "records_after": kept_n, "units": len(units),
+                "seconds": round(time.perf_counter() - t0, 3), **info, "outputs": outputs,
             }
-            summary["per_hardware"] = _counts(df, kept, ["hardware"])
+            summary["per_hardware"] = tasks.group_by("hardware").agg(pl.col("before").sum(), pl.col(
+                "after").sum()).sort("hardware").to_dicts()
             files = list(outputs)
             atomic_write_json(stage / "prune.json", summary)
             files.append("prune.json")
             if report:
-                atomic_write_text(stage / "prune_report.md", prune_report(df, kept, summary))
+                hist = {k: np.sum([r[k] for r in second], axis=0) if second else np.zeros(LABEL_BINS, np.int64)
+                        for k in ("hist_before", "hist_after")}
+                atomic_write_text(stage / "prune_report.md", prune_report(tasks, hist, summary))
                 files.append("prune_report.md")
             atomic_write_json(stage / "manifest.json", {"pruned_from": str(dataset), "prune": {
                 k: summary[k] for k in ("method", "ratio_requested", "ratio_achieved", "seed", "min_keep")},
@@ -392,32 +577,32 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
     return summary
 
 
-def _counts(before: pl.DataFrame, after: pl.DataFrame, keys: list[str]) -> list[dict]:
-    b = before.group_by(keys).len().rename({"len": "before"})
-    a = after.group_by(keys).len().rename({"len": "after"})
-    return b.join(a, on=keys, how="left").fill_null(0).sort(keys).to_dicts()
+def _hist_quantile(hist: np.ndarray, q: float) -> float:
+    """Quantile of a LABEL_BINS histogram over [0, 1]: the centre of the bin holding it."""
+    c = np.cumsum(hist)
+    if c[-1] == 0:
+        return float("nan")
+    i = int(np.searchsorted(c, q * c[-1], side="left"))
+    return (min(i, len(hist) - 1) + 0.5) / len(hist)
 
 
-def prune_report(before: pl.DataFrame, after: pl.DataFrame, summary: dict) -> str:
-    from .features import operator_classes
-
-    ops = operator_classes(before)
+def prune_report(tasks: pl.DataFrame, hist: dict, summary: dict) -> str:
+    """Markdown report from per-task counts (hardware, task_id, op_class, before, after) and label histograms."""
     lines = [f"# Pruning report: {summary['method']}, ratio {summary['ratio_requested']}", "",
              f"- records: {summary['records_before']} -> {summary['records_after']} "
-             f"(removed {summary['ratio_achieved']:.2%}); seed {summary['seed']}; {summary['seconds']} s", ""]
+             f"(removed {summary['ratio_achieved']:.2%}); seed {summary['seed']}; {summary['seconds']} s; "
+             f"{summary['units']} unit(s) of whole tasks", ""]
     lines += ["## Kept per hardware", "", "| hardware | before | after |", "|---|---:|---:|"]
     lines += [f"| {r['hardware']} | {r['before']} | {r['after']} |" for r in summary["per_hardware"]]
-    bo = before.join(ops, on="task_id").group_by("op_class").len().rename({"len": "before"})
-    ao = after.join(ops, on="task_id").group_by("op_class").len().rename({"len": "after"})
     lines += ["", "## Kept per operator class", "", "| operator | before | after |", "|---|---:|---:|"]
-    for r in bo.join(ao, on="op_class", how="left").fill_null(0).sort("op_class").iter_rows():
+    for r in tasks.group_by("op_class").agg(pl.col("before").sum(), pl.col("after").sum()).sort(
+            "op_class").iter_rows():
         lines.append(f"| {r[0]} | {r[1]} | {r[2]} |")
     qs = [0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0]
-    lb = before.filter(pl.col("is_valid"))["label"].quantile
-    la = after.filter(pl.col("is_valid")).pipe(with_labels)["label"].quantile
-    lines += ["", "## Label distribution (valid records)", "", "| quantile | before | after |", "|---|---:|---:|"]
-    lines += [f"| {q} | {lb(q):.4f} | {la(q):.4f} |" for q in qs]
-    pt = _counts(before, after, ["hardware", "task_id"])
+    lines += ["", f"## Label distribution (valid records; quantiles to 1/{LABEL_BINS})", "",
+              "| quantile | before | after |", "|---|---:|---:|"]
+    lines += [f"| {q} | {_hist_quantile(hist['hist_before'], q):.4f} | {_hist_quantile(hist['hist_after'], q):.4f} |"
+              for q in qs]
     lines += ["", "## Kept per task", "", "| hardware | task | before | after |", "|---|---|---:|---:|"]
-    lines += [f"| {r['hardware']} | {r['task_id']} | {r['before']} | {r['after']} |" for r in pt]
+    lines += [f"| {r['hardware']} | {r['task_id']} | {r['before']} | {r['after']} |" for r in tasks.iter_rows(named=True)]
     return "\n".join(lines) + "\n"

@@ -77,6 +77,51 @@ def test_prune_writes_same_schema_and_report(pooling, tmp_path):
     assert [f.read_bytes() for f in files] == [f.read_bytes() for f in sorted((tmp_path / "p2" / "records").glob("*/*.parquet"))]
 
 
+@pytest.mark.parametrize("method", ["hybrid", "random"])
+def test_streaming_units_keep_what_in_memory_select_keeps(pooling, tmp_path, method):
+    """prune() cuts the dataset into units of whole tasks; with units of ~2,000 records (7 units here) it keeps
+    exactly the records select() keeps on the whole frame, and 2 worker processes write the same bytes as 1."""
+    from tenset_curate.prune import plan_units
+
+    units = plan_units(pooling, 2000)
+    assert len(units) >= 5
+    shards = [s for u in units for s in u["shards"]]
+    assert sorted(shards) == sorted(set(shards))  # every shard in exactly one unit
+    df = with_labels(load_records(pooling))
+    keep, info = select(df, 0.6, method, seed=5)
+    s1 = prune(pooling, tmp_path / "u1", 0.6, method, seed=5, unit_records=2000)
+    assert s1["units"] == len(units)
+    got = load_records(tmp_path / "u1")
+    assert sorted(got["record_id"].to_list()) == sorted(df.filter(pl.Series(keep))["record_id"].to_list())
+    assert s1.get("duplicates", 0) == info.get("duplicates", 0)
+    if method == "hybrid":  # kept representatives absorbed their duplicates' costs, across unit boundaries too
+        j = got.select("record_id", pl.col("costs").list.len().alias("n_out")).join(
+            df.select("record_id", pl.col("costs").list.len().alias("n_in")), on="record_id")
+        assert info["duplicates"] >= 50 and (j["n_out"] > j["n_in"]).sum() >= 1
+    s2 = prune(pooling, tmp_path / "u2", 0.6, method, seed=5, unit_records=2000, workers=2)
+    f1 = sorted((tmp_path / "u1" / "records").glob("*/*.parquet"))
+    f2 = sorted((tmp_path / "u2" / "records").glob("*/*.parquet"))
+    assert [f.name for f in f1] == [f.name for f in f2] and len(f1) == len(units)
+    assert [f.read_bytes() for f in f1] == [f.read_bytes() for f in f2]
+    assert (tmp_path / "u1" / "prune_report.md").read_text().split("s; ")[1:] == \
+        (tmp_path / "u2" / "prune_report.md").read_text().split("s; ")[1:]
+    assert s2["records_after"] == s1["records_after"]
+
+
+def test_task_selection_does_not_depend_on_other_tasks(pooling):
+    """Each task draws from its own stream: dropping half of the tasks leaves the others' random picks unchanged
+    when their allocation is unchanged (no pruning budget to share: ratio 0 of a pool cut to min_keep)."""
+    df = with_labels(load_records(pooling))
+    tasks = sorted(df["task_id"].unique().to_list())
+    half = df.filter(pl.col("task_id").is_in(tasks[::2]))
+    # keep exactly min_keep per task in both: the allocation of each task is the same, so its picks must be
+    keep_all, _ = select(df, 0.99, "random", seed=1, min_keep=20)
+    keep_half, _ = select(half, 0.99, "random", seed=1, min_keep=20)
+    a = set(df.filter(pl.Series(keep_all) & pl.col("task_id").is_in(tasks[::2]))["record_id"].to_list())
+    b = set(half.filter(pl.Series(keep_half))["record_id"].to_list())
+    assert a == b and len(a) >= 20 * len(tasks[::2]) - 5
+
+
 def test_within_task_split_deterministic_and_per_task(pooling):
     recs = load_records(pooling, ["record_id", "hardware", "task_id", "workload_key"])
     a, _ = make_split(recs, "within-task", seed=1)
