@@ -15,7 +15,7 @@ from pathlib import Path
 import polars as pl
 
 from tenset_curate.convert import convert
-from tenset_curate.evaluate_prune import evaluate_methods, plot_curves, summarize
+from tenset_curate.evaluate_prune import bars_markdown, evaluate_methods, plot_curves, summarize
 from tenset_curate.features import featurize
 from tenset_curate.labels import with_labels
 from tenset_curate.prune import load_records, select
@@ -29,7 +29,11 @@ def main():
     ap.add_argument("--methods", nargs="+", default=["hybrid", "cluster", "importance", "random"])
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--out", default="reports/prune.md")
+    ap.add_argument("--rerender", action="store_true",
+                    help="rewrite --out from its own raw rows (the speed table is kept as it is)")
     a = ap.parse_args()
+    if a.rerender:
+        return rerender(Path(a.out))
     ds = Path(a.work) / "dataset"
     convert(a.logs, ds, workers=2)
     df = with_labels(load_records(ds))
@@ -46,20 +50,34 @@ def main():
     rows = evaluate_methods(ds, a.ratios, a.methods, a.seeds)
     png = Path(a.out).with_name(Path(a.out).stem + "_curve.png")
     plot_curves(rows, png)
-    s = summarize(rows)
     lines = ["# Pruning benchmark", "", f"Command: `python {' '.join(sys.argv)}`", "",
              f"Logs: {', '.join(a.logs)}; {df.height} records; featurize {t_feat:.1f} s "
              f"({df.height / t_feat:.0f} records/s)", "", "## Selection speed (ratio 0.45, features precomputed)", "",
              "| method | records | seconds | records/s |", "|---|---:|---:|---:|"]
     lines += [f"| {r['method']} | {r['records']} | {r['seconds']} | {r['records_per_s']} |" for r in speed]
-    lines += ["", "## Proxy ranker on pruned training data (mean over seeds, same test split)", "",
-              "| method | ratio | PCA | sd | top-1 | sd | top-5 | seeds |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines += results_markdown(rows, png.name)
+    Path(a.out).write_text("\n".join(lines) + "\n")
+    print("\n".join(lines[:60]))
+
+
+def results_markdown(rows: list[dict], png_name: str) -> list[str]:
+    s = summarize(rows)
+    lines = ["", "## Proxy ranker on pruned training data (mean over seeds, same test split)", "",
+             "| method | ratio | PCA | sd | top-1 | sd | top-5 | seeds |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in s.iter_rows(named=True):
         lines.append(f"| {r['method']} | {r['ratio']} | {r['pca']:.4f} | {r['pca_sd'] or 0:.4f} | {r['top1']:.4f} | "
                      f"{r['top1_sd'] or 0:.4f} | {r['top5']:.4f} | {r['seeds']} |")
-    lines += ["", f"![curve]({png.name})", "", "Raw rows:", "", "```json", json.dumps(rows, indent=0), "```"]
-    Path(a.out).write_text("\n".join(lines) + "\n")
-    print("\n".join(lines[:40]))
+    lines += [""] + bars_markdown(rows)
+    lines += ["", f"![curve]({png_name})", "", "Raw rows:", "", "```json", json.dumps(rows, indent=0), "```"]
+    return lines
+
+
+def rerender(out: Path) -> None:
+    text = out.read_text()
+    rows = json.loads(text.split("Raw rows:")[1].split("```json")[1].split("```")[0])
+    head = text.split("\n## Proxy ranker")[0].rstrip("\n").split("\n")
+    png = out.with_name(out.stem + "_curve.png")
+    out.write_text("\n".join(head + results_markdown(rows, png.name)) + "\n")
 
 
 if __name__ == "__main__":

@@ -109,3 +109,75 @@ def plot_curves(rows: list[dict], out_png: Path) -> None:
     Path(out_png).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out_png, dpi=90)
     plt.close(fig)
+
+
+def against_bars(rows: list[dict], methods: tuple[str, ...] = ("hybrid", "cluster"),
+                 ratios: tuple[float, ...] = (0.45, 0.7)) -> list[dict]:
+    """The curation issue's checks, paired by seed (each seed has its own test split, shared by every method):
+    per (method, ratio), the mean over seeds of the method's PCA / top-1 minus full data's and minus random
+    pruning's at the same ratio, the sd over seeds of the paired difference, and the method's own seed sd.
+
+    Bars: at 0.45, PCA lost <= 0.003 and top-1 not lower than full data; at 0.7, PCA lost <= 0.01 and the margin
+    over random greater than twice the seed sd on PCA or on top-1 (``margin_sd`` reads it against the paired sd,
+    ``margin_own_sd`` against the larger of the two methods' own seed sds)."""
+    import statistics as st
+
+    by = {(r["method"], r["ratio"], r["seed"]): r for r in rows}
+    seeds = sorted({r["seed"] for r in rows})
+    out = []
+    for ratio in ratios:
+        for m in methods:
+            if not all((m, ratio, s) in by for s in seeds):
+                continue
+            row = {"method": m, "ratio": ratio}
+            for metric in ("pca", "top1"):
+                own = [by[(m, ratio, s)][metric] for s in seeds]
+                full = [by[("full", 0.0, s)][metric] for s in seeds if ("full", 0.0, s) in by]
+                row[f"{metric}_vs_full"] = (st.mean(o - f for o, f in zip(own, full)) if len(full) == len(own)
+                                            else None)
+                if all(("random", ratio, s) in by for s in seeds):
+                    rnd = [by[("random", ratio, s)][metric] for s in seeds]
+                    d = [o - r for o, r in zip(own, rnd)]
+                    sd_pair = st.stdev(d) if len(d) > 1 else 0.0
+                    sd_own = max(st.stdev(own), st.stdev(rnd)) if len(own) > 1 else 0.0
+                    row[f"{metric}_vs_random"] = st.mean(d)
+                    row[f"{metric}_paired_sd"] = sd_pair
+                    row[f"{metric}_margin_sd"] = _in_sd(st.mean(d), sd_pair)
+                    row[f"{metric}_margin_own_sd"] = _in_sd(st.mean(d), sd_own)
+            if ratio <= 0.45 + 1e-9:
+                row["met"] = (row["pca_vs_full"] is not None and row["pca_vs_full"] >= -0.003
+                              and row["top1_vs_full"] >= 0)
+            else:
+                margin = any(row.get(f"{k}_margin_sd", 0) > 2 for k in ("pca", "top1"))
+                row["met"] = row["pca_vs_full"] is not None and row["pca_vs_full"] >= -0.01 and margin
+            out.append(row)
+    return out
+
+
+def _in_sd(mean: float, sd: float) -> float:
+    """mean / sd; with no spread at all, +-inf for a difference that is always there, 0 for none."""
+    if sd > 0:
+        return mean / sd
+    return 0.0 if mean == 0 else float("inf") if mean > 0 else float("-inf")
+
+
+def bars_markdown(rows: list[dict]) -> list[str]:
+    """Lines of the benchmark report's "against the issue's bars" table (see ``against_bars``)."""
+    f = lambda v: "-" if v is None else f"{v:+.4f}"  # noqa: E731
+    lines = ["## Against the issue's bars (paired by seed: the same test split per seed)", "",
+             "| method | ratio | PCA vs full | top-1 vs full | PCA vs random (paired sd; margin in paired sd / own sd) | "
+             "top-1 vs random (paired sd; margin) | bar |", "|---|---:|---:|---:|---|---|---|"]
+    for r in against_bars(rows):
+        cells = []
+        for k in ("pca", "top1"):
+            if f"{k}_vs_random" in r:
+                cells.append(f"{f(r[f'{k}_vs_random'])} ({r[f'{k}_paired_sd']:.4f}; {r[f'{k}_margin_sd']:.1f} / "
+                             f"{r[f'{k}_margin_own_sd']:.1f})")
+            else:
+                cells.append("-")
+        lines.append(f"| {r['method']} | {r['ratio']} | {f(r['pca_vs_full'])} | {f(r['top1_vs_full'])} | {cells[0]} | "
+                     f"{cells[1]} | {'met' if r['met'] else 'not met'} |")
+    lines += ["", "Bars: ratio 0.45, at most 0.3 PCA points lost and top-1 not lower than full data; ratio 0.7, at most "
+              "1 PCA point lost and better than random pruning at 0.7 by more than twice the seed sd (here: the sd "
+              "of the paired difference) on PCA or top-1."]
+    return lines

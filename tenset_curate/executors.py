@@ -20,6 +20,7 @@ executor ran it and with however many workers.
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager, nullcontext
 from typing import Callable, Iterable, Iterator
 
 EXECUTORS = ("local", "ray")
@@ -67,10 +68,11 @@ def _call_in(cwd: str, fn: Callable, item):
 
 
 def map_unordered(fn: Callable, items: Iterable, executor: str = "local", workers: int = 1,
-                  address: str | None = None, cost: Callable | None = None) -> Iterator:
+                  address: str | None = None, cost: Callable | None = None, pool=None) -> Iterator:
     """Yield ``fn(item)`` for each item, in completion order. ``cost(item)`` (optional) orders the submission of
     parallel runs, biggest first, which keeps every worker busy to the end. Closing the generator early cancels
-    what has not started."""
+    what has not started. ``pool`` (from ``process_pool``) lets several calls share one set of local worker
+    processes instead of starting a pool each."""
     check_executor(executor)
     items = list(items)
     if executor == "local" and workers <= 1:
@@ -78,24 +80,39 @@ def map_unordered(fn: Callable, items: Iterable, executor: str = "local", worker
     if cost is not None:
         items = sorted(items, key=lambda it: -cost(it))
     if executor == "local":
-        return _local_pool(fn, items, workers)
+        return _local_pool(fn, items, workers, pool)
     return _ray_tasks(fn, items, workers, address)
 
 
-def _local_pool(fn, items, workers):
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
+@contextmanager
+def process_pool(executor: str, workers: int):
+    """A local process pool to pass to several ``map_unordered`` calls (None where none is needed: one worker, or
+    Ray). Forkserver, not fork: a forked child inherits the locks of the parent's threads (Polars' and Arrow's
+    pools, held by whatever the parent was doing) and can deadlock on its first query."""
+    if executor != "local" or workers <= 1:
+        yield None
+        return
     import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
 
-    # forkserver, not fork: a forked child inherits the locks of the parent's threads (Polars' and Arrow's pools,
-    # held by whatever the parent was doing) and can deadlock on its first query
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("forkserver"))
     try:
-        futs = [pool.submit(fn, it) for it in items]
-        for f in as_completed(futs):
-            yield f.result()
+        yield pool
     finally:
         pool.shutdown(cancel_futures=True)
+
+
+def _local_pool(fn, items, workers, shared=None):
+    from concurrent.futures import as_completed
+
+    with (nullcontext(shared) if shared is not None else process_pool("local", workers)) as pool:
+        futs = [pool.submit(fn, it) for it in items]
+        try:
+            for f in as_completed(futs):
+                yield f.result()
+        finally:
+            for f in futs:
+                f.cancel()
 
 
 def _ray_tasks(fn, items, workers, address):

@@ -36,6 +36,7 @@ import hashlib
 import os
 import shutil
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
@@ -401,9 +402,12 @@ def plan_units(dataset: Path, unit_records: int = UNIT_RECORDS) -> list[dict]:
     owner: dict[tuple[str, str], int] = {}
     rows, first = [], []
     for i, f in enumerate(shards):
-        t = pl.from_arrow(pq.read_table(f, columns=["hardware", "task_id"]))
-        rows.append(t.height)
-        ks = t.unique().sort(["hardware", "task_id"]).rows()
+        md = pq.ParquetFile(f).metadata
+        rows.append(md.num_rows)
+        ks = _single_task(md)
+        if ks is None:
+            t = pl.from_arrow(pq.read_table(f, columns=["hardware", "task_id"]))
+            ks = t.unique().sort(["hardware", "task_id"]).rows()
         first.append(ks[0] if ks else ("", ""))
         for k in ks:
             j = owner.setdefault(k, i)
@@ -428,6 +432,26 @@ def plan_units(dataset: Path, unit_records: int = UNIT_RECORDS) -> list[dict]:
 
 
 LIGHT_COLUMNS = ["hardware", "task_id", "record_id", "is_valid", "mean_cost"]  # what random's pass 1 reads
+
+
+def _single_task(md) -> list[tuple[str, str]] | None:
+    """[(hardware, task_id)] when the footer's statistics prove the shard holds one task (min = max in every row
+    group: TenSet's one file per task), else None (the columns must be read)."""
+    names = [md.schema.column(j).path for j in range(md.num_columns)]
+    try:
+        cols = [names.index("hardware"), names.index("task_id")]
+    except ValueError:
+        return None
+    seen = set()
+    for g in range(md.num_row_groups):
+        key = []
+        for j in cols:
+            st = md.row_group(g).column(j).statistics
+            if st is None or not st.has_min_max or st.min != st.max or st.null_count:
+                return None
+            key.append(st.min.decode() if isinstance(st.min, bytes) else st.min)
+        seen.add(tuple(key))
+    return sorted(seen) if len(seen) == 1 else ([] if md.num_rows == 0 else None)
 
 
 def _read_unit(dataset: str, shards: list[str], columns: list[str] | None = None) -> pl.DataFrame:
@@ -488,7 +512,7 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
     (``global_allocation``), pass 2 selects and writes each unit's kept records as one shard per hardware. Memory is
     bounded by the largest unit, not the dataset, and the units run on any executor (``executors.map_unordered``:
     local processes or Ray) with byte-identical output, since every task draws from its own random stream."""
-    from .executors import map_unordered
+    from .executors import map_unordered, process_pool
     from .storage import _explain, atomic_write_json, atomic_write_text, dataset_lock, remove_stale_tmp
 
     _check_args(ratio, method)
@@ -502,12 +526,15 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
         # so a full disk or a kill before that leaves the earlier result exactly as it was.
         stage = out / f".stage.tmp-{os.getpid()}"
         shutil.rmtree(stage, ignore_errors=True)
+        stack = ExitStack()
         try:
             (stage / "units").mkdir(parents=True)
             common = {"dataset": str(dataset), "stage": str(stage), "method": method, "seed": seed}
             items = [{**common, **u} for u in units]
             cost = lambda it: it["records"]  # noqa: E731
-            first = sorted(map_unordered(_pass1, items, executor, workers, address, cost), key=lambda r: r["id"])
+            pool = stack.enter_context(process_pool(executor, workers))  # one set of workers for both passes
+            first = sorted(map_unordered(_pass1, items, executor, workers, address, cost, pool),
+                           key=lambda r: r["id"])
             keys = [tuple(k) for r in first for k in r["group_keys"]]
             n = sum(r["records"] for r in first)
             alloc = global_allocation(keys, np.concatenate([np.asarray(r["counts"], np.int64) for r in first])
@@ -516,7 +543,9 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
             for it, r in zip(items, first):
                 it["group_keys"], it["alloc"] = r["group_keys"], alloc[at:at + len(r["group_keys"])].tolist()
                 at += len(r["group_keys"])
-            second = sorted(map_unordered(_pass2, items, executor, workers, address, cost), key=lambda r: r["id"])
+            second = sorted(map_unordered(_pass2, items, executor, workers, address, cost, pool),
+                            key=lambda r: r["id"])
+            stack.close()
             outputs = [rel for r in second for rel in r["outputs"]]
             kept_n = sum(r["after"] for r in second)
             achieved = 1 - kept_n / n if n else 0.0
@@ -570,6 +599,7 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
         except OSError as e:
             raise _explain(e, out) from e
         finally:
+            stack.close()
             shutil.rmtree(stage, ignore_errors=True)
     if abs(achieved - ratio) > 0.01 and ratio > 0:
         summary["warning"] = (f"achieved ratio {achieved:.4f} differs from {ratio} by more than 1%: the per-task "
