@@ -95,11 +95,23 @@ def process_pool(executor: str, workers: int):
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("forkserver"))
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("forkserver"),
+                               initializer=_one_thread_each)
     try:
         yield pool
     finally:
         pool.shutdown(cancel_futures=True)
+
+
+THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "POLARS_MAX_THREADS")
+
+
+def _one_thread_each() -> None:
+    """Pool worker start-up: one thread per library (BLAS, OpenMP, Polars), as Ray does for its workers, so
+    ``workers`` processes use ``workers`` cores instead of each spreading over all of them. Runs before the task's
+    module imports NumPy or Polars (a forkserver child starts without them); a value the user set is kept."""
+    for k in THREAD_ENV:
+        os.environ.setdefault(k, "1")
 
 
 def _local_pool(fn, items, workers, shared=None):

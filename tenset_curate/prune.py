@@ -519,6 +519,7 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
     t0 = time.perf_counter()
     dataset, out = Path(dataset), Path(out)
     units = plan_units(dataset, unit_records)
+    workers = max(1, min(int(workers), len(units)))  # no pool for a single unit
     with dataset_lock(out, what="curate prune"):
         remove_stale_tmp(out)
         # All or nothing: every new file (shards, prune.json, the report, the manifest, the catalog) is written into
