@@ -115,7 +115,10 @@ def main():
     lines = ["# Convert benchmark", "", f"Command: `python {' '.join(sys.argv)}` on {os.cpu_count()} cores", "",
              "| measure | value |", "|---|---:|"] + [f"| {k} | {v} |" for k, v in res.items()]
     lines += ["", "Goals (issue 3): w1_vs_floor >= 0.5; w2_vs_w1 >= 1.7; rss_ratio <= 1.5; json_over_parquet >= 30; "
-              "sql_count_s < 1."]
+              "sql_count_s < 1.", "",
+              f"Load average (1, 5, 15 min) at the end: {[round(x, 2) for x in os.getloadavg()]} on "
+              f"{os.cpu_count()} cores (the 1- and 2-worker runs see the same machine only when it is otherwise idle; "
+              "the size and memory rows do not depend on load)."]
     Path(a.out).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
