@@ -36,7 +36,6 @@ import hashlib
 import os
 import shutil
 import time
-from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
@@ -67,7 +66,7 @@ def _group_index(df: pl.DataFrame) -> np.ndarray:
 
 def dedup_keys(tokens: np.ndarray, mask: np.ndarray, groups: np.ndarray) -> np.ndarray:
     """A 64-bit key per record: equal keys = same group and identical token sequence."""
-    flat = np.ascontiguousarray(np.where(mask[:, :, None], tokens, 0).reshape(len(tokens), -1))
+    flat = np.ascontiguousarray(np.where(mask[:, :, None], tokens, 0).reshape(len(tokens), -1 if len(tokens) else 0))
     keys = np.empty(len(tokens), dtype=np.uint64)
     for i in range(len(tokens)):
         h = hashlib.blake2b(flat[i].tobytes(), digest_size=8)
@@ -216,11 +215,8 @@ def _unit_features(df: pl.DataFrame, groups: np.ndarray, need_keys: bool, need_f
         return keys, (feats["flat"] if need_flat else None)
     if not (need_keys or need_flat):
         return None, None
-    if df.height == 0:
-        f = featurize(df)
-        return (np.zeros(0, np.uint64) if need_keys else None), (f["flat"] if need_flat else None)
     keys, flat = [], []
-    for lo in range(0, df.height, FEATURE_SLICE):
+    for lo in range(0, max(df.height, 1), FEATURE_SLICE):  # an empty unit: one empty slice
         f = featurize(df.slice(lo, FEATURE_SLICE))
         if need_keys:
             keys.append(dedup_keys(f["tokens"], f["mask"], groups[lo:lo + FEATURE_SLICE]))
@@ -264,11 +260,10 @@ def prepare_unit(df: pl.DataFrame, method: str, seed: int = 0, feats: dict | Non
         info["duplicates"] = int((~is_rep).sum())
     if method == "hybrid":
         info["failed_dropped_first"] = int((unit["pool"] & ~valid).sum())
-    if flat is not None and method != "importance":
+    if flat is not None:
         unit["flat"] = flat
     if method == "importance" or (method == "hybrid" and HYBRID_IMPORTANCE_SHARE > 0):
         unit["imp"] = importance_scores({"flat": flat}, labels, groups, valid, seed)
-        unit["flat"] = flat
     return {"arrays": unit, "group_keys": gkeys, "info": info}
 
 
@@ -473,6 +468,7 @@ LABEL_BINS = 10_000  # label histogram of the report: quantiles to 1e-4
 
 def _pass2(item: dict) -> dict:
     """Select, merge duplicates and write one unit's kept records; return what the report needs."""
+    from .convert import _safe_part
     from .features import operator_classes
     from .storage import write_parquet_atomic
 
@@ -485,8 +481,6 @@ def _pass2(item: dict) -> dict:
     kept = merge_duplicates(df, keep, arrays.get("merge_keys")).sort(["hardware", "task_id", "record_id"])
     outputs = []
     for (hw,), part in kept.group_by("hardware", maintain_order=True):
-        from .convert import _safe_part
-
         rel = f"records/hardware={_safe_part(hw)}/part-{item['id']:05d}.parquet"
         write_parquet_atomic(Path(item["stage"]) / rel, part.select(RECORD_SCHEMA.names).to_arrow().cast(RECORD_SCHEMA))
         outputs.append(rel)
@@ -527,26 +521,25 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
         # so a full disk or a kill before that leaves the earlier result exactly as it was.
         stage = out / f".stage.tmp-{os.getpid()}"
         shutil.rmtree(stage, ignore_errors=True)
-        stack = ExitStack()
         try:
             (stage / "units").mkdir(parents=True)
             common = {"dataset": str(dataset), "stage": str(stage), "method": method, "seed": seed}
             items = [{**common, **u} for u in units]
             cost = lambda it: it["records"]  # noqa: E731
-            pool = stack.enter_context(process_pool(executor, workers))  # one set of workers for both passes
-            first = sorted(map_unordered(_pass1, items, executor, workers, address, cost, pool),
-                           key=lambda r: r["id"])
-            keys = [tuple(k) for r in first for k in r["group_keys"]]
-            n = sum(r["records"] for r in first)
-            alloc = global_allocation(keys, np.concatenate([np.asarray(r["counts"], np.int64) for r in first])
-                                      if first else np.zeros(0, np.int64), int(round(n * (1 - ratio))), min_keep)
-            at = 0
-            for it, r in zip(items, first):
-                it["group_keys"], it["alloc"] = r["group_keys"], alloc[at:at + len(r["group_keys"])].tolist()
-                at += len(r["group_keys"])
-            second = sorted(map_unordered(_pass2, items, executor, workers, address, cost, pool),
-                            key=lambda r: r["id"])
-            stack.close()
+            with process_pool(executor, workers) as pool:  # one set of workers for both passes
+                first = sorted(map_unordered(_pass1, items, executor, workers, address, cost, pool),
+                               key=lambda r: r["id"])
+                keys = [tuple(k) for r in first for k in r["group_keys"]]
+                n = sum(r["records"] for r in first)
+                alloc = global_allocation(keys, np.concatenate([np.asarray(r["counts"], np.int64) for r in first])
+                                          if first else np.zeros(0, np.int64), int(round(n * (1 - ratio))),
+                                          min_keep)
+                at = 0
+                for it, r in zip(items, first):
+                    it["group_keys"], it["alloc"] = r["group_keys"], alloc[at:at + len(r["group_keys"])].tolist()
+                    at += len(r["group_keys"])
+                second = sorted(map_unordered(_pass2, items, executor, workers, address, cost, pool),
+                                key=lambda r: r["id"])
             outputs = [rel for r in second for rel in r["outputs"]]
             kept_n = sum(r["after"] for r in second)
             achieved = 1 - kept_n / n if n else 0.0
@@ -600,7 +593,6 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
         except OSError as e:
             raise _explain(e, out) from e
         finally:
-            stack.close()
             shutil.rmtree(stage, ignore_errors=True)
     if abs(achieved - ratio) > 0.01 and ratio > 0:
         summary["warning"] = (f"achieved ratio {achieved:.4f} differs from {ratio} by more than 1%: the per-task "
