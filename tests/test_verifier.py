@@ -228,7 +228,12 @@ def test_adapter_features_equal_dataset_features(trained, tmp_path):
     st = ad.stats()
     assert st["n_measured"] == run["n_trials"] and st["n_predict_calls"] > 0
     assert st["n_refits"] >= 1  # online fine-tuning ran once 4 measurements existed
-    assert ad.active is not ad.base and ad.active.booster.current_iteration() > ad.base.booster.current_iteration()
+    # a new model; whether LightGBM finds a split in 8 live measurements of a tiny dense depends on what this run
+    # measured (it found none in one CI run), so that trees are added is checked on 39 replayed measurements in
+    # test_adapter_predict_update_refit
+    assert ad.active is not ad.base
+    start = ad.base.best_epoch or ad.base.booster.current_iteration()  # where _refit_gbdt continues from
+    assert ad.active.booster.current_iteration() >= start
 
     df, feats = _converted(tmp_path / "run", tmp_path / "ds")
     lines = (tmp_path / "run" / "database_tuning_record.json").read_text().splitlines()
@@ -302,6 +307,8 @@ def test_adapter_predict_update_refit(trained, tmp_path, kind):
     st = ad.stats()
     assert st["n_measured"] == len(cands) and st["n_valid"] == len(cands) - 1 and st["n_refits"] == 1
     assert ad.active is not ad.base
+    if kind == "gbdt":  # the refit added lambdarank trees on top of the original booster
+        assert ad.active.booster.current_iteration() > (ad.base.best_epoch or ad.base.booster.current_iteration())
     from tenset_curate.metrics import evaluate_predictions
 
     d = ad._measured_arrays()
