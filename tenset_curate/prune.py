@@ -5,17 +5,20 @@
 - ``redundancy``: records of one (hardware, task) whose schedule tokens are identical (the same schedule measured
   again, or the same up to bookkeeping that does not change the program: SSA names, GetBlock/GetLoops, the Split
   that replays a SamplePerfectTile) collapse into one record whose costs are the union of theirs.
-- ``cluster``: per (hardware, task), k-means on standardised flat features inside label-quantile strata; the record
-  nearest each centre is kept, so the kept set covers the schedule space and the label range.
+- ``cluster``: per (hardware, task), k-means over the standardised flat features plus the standardised label
+  (weight ``CLUSTER_LABEL_WEIGHT``); the record nearest each centre is kept, so the kept set covers the schedule
+  space and the label range together. The label as a coordinate, not as quartile strata (the earlier design):
+  on roller-k80 at ratio 0.7 (seed 0 and 1, the proxy of ``evaluate_prune``) strata + features kept PCA
+  0.8006/0.7985, features + label 0.8045/0.8027, random 0.7963/0.7972.
 - ``importance``: an out-of-fold LightGBM lambdarank proxy (2 folds per task: a record is scored by the model that
   did not see it) scores each record by its rank error; informative (hard) records are kept, with a floor of
   easy ones drawn at random so the label distribution does not collapse.
 - ``random``: the control.
 - ``hybrid`` (default): redundancy first, then failed records, then cluster representatives for the remaining
   budget, mixed with importance picks in the share ``HYBRID_IMPORTANCE_SHARE``. Tuned on data
-  (``benchmarks/prune.py``, roller-k80, 3 seeds, reports/prune.md): with half importance picks the proxy lost
-  1.1 (ratio 0.45) and 3.5 (0.7) PCA points against full data, while cluster representatives alone gained 0.7
-  and 1.2; the share is therefore 0.
+  (``benchmarks/prune.py``, roller-k80, 3 seeds, reports/prune.md): importance picks alone cost the proxy 2.0 (ratio
+  0.45) and 5.6 (0.7) PCA points against full data, cluster representatives 0.1 and 0.9, so the share is 0;
+  dropping failed records before the clustering keeps 0.8 more top-1 points than ``cluster`` at 0.45.
 
 Invariants (checked): deterministic for a seed; every (hardware, task) keeps its best valid record and at least
 ``min_keep`` records (or all it has); the achieved ratio is within 1% of the request whenever the minimums allow;
@@ -47,6 +50,7 @@ from .schema import RECORD_SCHEMA
 
 METHODS = ["redundancy", "cluster", "importance", "hybrid", "random"]
 HYBRID_IMPORTANCE_SHARE = 0.0  # see the module docstring: importance picks hurt the proxy on real data
+CLUSTER_LABEL_WEIGHT = 3.0  # the label's weight among the standardised k-means coordinates (module docstring)
 UNIT_RECORDS = 20_000  # records per processing unit (whole tasks): bounds prune's memory whatever the input size
 FEATURE_SLICE = 16_384  # rows featurized at once inside a unit
 
@@ -138,23 +142,19 @@ def _kmeans_pick(x: np.ndarray, k: int, rng: np.random.Generator, iters: int = 8
 
 
 def _cluster_select(idx: np.ndarray, k: int, flat: np.ndarray, labels: np.ndarray, rng) -> np.ndarray:
+    """The k records nearest the centres of a k-means over the standardised flat features plus the standardised
+    label weighted ``CLUSTER_LABEL_WEIGHT``: representatives spread over the schedule space and the label range
+    together (see the module docstring for why the label is a coordinate rather than a stratum)."""
     if k >= len(idx):
         return idx
-    x = flat[idx]
+    x = flat[idx].astype(np.float64)
     sd = x.std(0)
     x = (x - x.mean(0)) / np.where(sd > 0, sd, 1)
-    # label strata: quartiles of the label, each gets k proportional to its size
-    q = np.quantile(labels[idx], [0.25, 0.5, 0.75])
-    strata = np.searchsorted(q, labels[idx], side="right")
-    sizes = np.bincount(strata, minlength=4)
-    ks = allocate(sizes, k, 1 if k >= 4 else 0)
-    out = []
-    for s in range(4):
-        m = np.flatnonzero(strata == s)
-        if len(m) and ks[s]:
-            out.append(m[_kmeans_pick(x[m], int(ks[s]), rng)])
-    sel = np.concatenate(out) if out else np.array([], np.int64)
-    return idx[np.sort(sel)]
+    lab = labels[idx].astype(np.float64)
+    lsd = lab.std()
+    lab = (lab - lab.mean()) / (lsd if lsd > 0 else 1)
+    x = np.concatenate([x, CLUSTER_LABEL_WEIGHT * lab[:, None]], axis=1)
+    return idx[np.sort(_kmeans_pick(x, k, rng))]
 
 
 def importance_scores(feats: dict, labels: np.ndarray, groups: np.ndarray, valid: np.ndarray, seed: int,
