@@ -201,3 +201,18 @@ def test_cluster_representatives_cover_the_label_range(pooling, monkeypatch):
     with_label, features_only = ks(3.0), ks(0.0)
     # measured on these 13 tasks: 0.19 with the label (weight 3), 0.25 without it
     assert with_label < 0.85 * features_only, (with_label, features_only)
+
+
+def test_importance_scores_a_task_bigger_than_a_lightgbm_query(pooling):
+    """A task with more than 2 x 10,000 records (one fold over LightGBM's query limit) is scored, not a crash:
+    the real pooling records, repeated into one task of 21,000."""
+    from tenset_curate import prune as pr
+    from tenset_curate.features import featurize
+
+    df = with_labels(load_records(pooling)).filter(pl.col("is_valid")).head(3000)
+    flat = featurize(df)["flat"]
+    reps = -(-21_000 // df.height)
+    big = np.tile(flat, (reps, 1))[:21_000]
+    labels = np.tile(df["label"].to_numpy(), reps)[:21_000]
+    score = pr.importance_scores({"flat": big}, labels, np.zeros(21_000, np.int64), np.ones(21_000, bool), seed=0)
+    assert score.shape == (21_000,) and np.isfinite(score).all() and score.max() > 0
