@@ -193,12 +193,15 @@ def train(
     epochs: int = typer.Option(24, help="epochs (neural models; the attention defaults were tuned at 24)"),
     device: str = typer.Option("cpu", help="cpu | cuda"),
     seed: int = typer.Option(0),
+    balance_hardware: bool = typer.Option(True, help="repeat the records of a hardware with far fewer training "
+                                          "records (few-shot), by the square root of the size ratio"),
     json_out: bool = typer.Option(False, "--json"),
 ):
     """Train a cost model on a split's train part (early stopping on valid PCA)."""
     from .training import train_model
 
-    s = train_model(dataset, split, model, out, epochs=epochs, device=device, seed=seed, progress=not json_out)
+    s = train_model(dataset, split, model, out, epochs=epochs, device=device, seed=seed, progress=not json_out,
+                    balance_hardware=balance_hardware)
     _print_json(s) if json_out else typer.echo(f"model {model} -> {out}: valid {s.get('valid')}")
 
 
