@@ -8,8 +8,9 @@
 - ``cluster``: per (hardware, task), k-means over the standardised flat features plus the standardised label
   (weight ``CLUSTER_LABEL_WEIGHT``); the record nearest each centre is kept, so the kept set covers the schedule
   space and the label range together. The label as a coordinate, not as quartile strata (the earlier design):
-  on roller-k80 at ratio 0.7 (seed 0 and 1, the proxy of ``evaluate_prune``) strata + features kept PCA
-  0.8006/0.7985, features + label 0.8045/0.8027, random 0.7963/0.7972.
+  on roller-k80 at ratio 0.7 (seed 0 and 1, the proxy of ``evaluate_prune``) k-means in label-quartile
+  strata kept PCA 0.8009/0.7981 (0.8006/0.7985 with the label as a coordinate too), features + label 0.8045/0.8027,
+  random 0.7963/0.7972.
 - ``importance``: an out-of-fold LightGBM lambdarank proxy (2 folds per task: a record is scored by the model that
   did not see it) scores each record by its rank error; informative (hard) records are kept, with a floor of
   easy ones drawn at random so the label distribution does not collapse.

@@ -367,7 +367,11 @@ def _refit_gbdt(base, d: dict, rounds: int):
                   num_leaves=min(int(hp["num_leaves"]), 15), feature_fraction=1.0)
     init_iter = base.best_epoch or base.booster.current_iteration()
     base_booster = lgb.Booster(model_str=base.booster.model_to_string(num_iteration=init_iter))
-    ds = lgb.Dataset(d["flat"], grades, group=[n], params={"max_bin": hp["max_bin"]}, free_raw_data=True)
+    # the measurements in the base model's query layout (tasks, cut at max_group_size): one query of every
+    # measurement failed LightGBM's 10,000-row limit on long runs
+    rows, sizes = base._grouped(np.asarray(d["task_ids"]), np.random.default_rng(base.seed))
+    ds = lgb.Dataset(d["flat"][rows], grades[rows], group=sizes, params={"max_bin": hp["max_bin"]},
+                     free_raw_data=True)
     booster = lgb.train(params, ds, num_boost_round=int(rounds), init_model=base_booster,
                         keep_training_booster=False)
     m = copy.copy(base)

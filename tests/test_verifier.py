@@ -407,3 +407,21 @@ def test_acceptance_shares_and_pruned_pairs():
     assert pair["geomean"] == pytest.approx(2.5 / 5.5) and pair["passes"]
     md = "\n".join(V._acceptance_md(acc))
     assert "| `m-pruned` | `random` | 35% | 1/2 | 2/2 |" in md
+
+
+def test_refit_gbdt_on_more_measurements_than_one_lightgbm_query(trained):
+    """A long tuning run's measurements (here the real sample records repeated past 12,000 rows, one workload) are
+    refit in the base model's query layout: one query of them all exceeded LightGBM's 10,000-row limit."""
+    from tenset_curate import verifier as V
+    from tenset_curate.model import load_model
+    from tenset_curate.training import arrays, labelled_split
+
+    base = load_model(trained / "gbdt")
+    d = arrays(labelled_split(trained / "ds", "wt"))
+    reps = -(-12_000 // len(d["labels"]))
+    big = {"flat": np.tile(d["flat"], (reps, 1)), "labels": np.tile(d["labels"], reps),
+           "task_ids": np.zeros(len(d["labels"]) * reps, np.int64)}
+    m = V._refit_gbdt(base, big, rounds=2)
+    start = base.best_epoch or base.booster.current_iteration()
+    assert m.booster.current_iteration() > start and m is not base
+    assert np.isfinite(m.predict({"flat": d["flat"]})).all()
