@@ -5,6 +5,10 @@
 Converts the logs (cached under --work), fixes a within-task test split per seed, prunes only the training part
 with every method and with random pruning at each ratio, trains the same LightGBM lambdarank proxy on each and
 scores PCA / top-1 / top-5 on the same test records. Writes reports/prune.md and reports/prune_curve.png.
+
+Speed is measured twice: over the whole set, and on one real task cut to growing sizes (records per task), since
+``cluster`` / ``hybrid`` run a k-means per task whose cost grows with the task's pool times its kept records.
+``--speed-only`` re-measures both speed tables and keeps the proxy results of the existing report.
 """
 import argparse
 import json
@@ -12,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from tenset_curate.convert import convert
@@ -29,6 +34,9 @@ def main():
     ap.add_argument("--methods", nargs="+", default=["hybrid", "cluster", "importance", "random"])
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--out", default="reports/prune.md")
+    ap.add_argument("--task-sizes", nargs="+", type=int, default=[250, 500, 1000, 2000, 4000])
+    ap.add_argument("--speed-only", action="store_true",
+                    help="re-measure the speed tables only; the proxy results of --out are kept")
     ap.add_argument("--rerender", action="store_true",
                     help="rewrite --out from its own raw rows (the speed table is kept as it is)")
     a = ap.parse_args()
@@ -47,17 +55,48 @@ def main():
         dt = time.perf_counter() - t0
         speed.append({"method": m, "records": df.height, "seconds": round(dt, 2),
                       "records_per_s": round(df.height / dt)})
+    per_task = task_size_speed(df, f, a.methods, a.task_sizes)
+    head = ["# Pruning benchmark", "", f"Command: `python {' '.join(sys.argv)}`", "",
+            f"Logs: {', '.join(a.logs)}; {df.height} records; featurize {t_feat:.1f} s "
+            f"({df.height / t_feat:.0f} records/s)", "", "## Selection speed (ratio 0.45, features precomputed)", "",
+            "| method | records | seconds | records/s |", "|---|---:|---:|---:|"]
+    head += [f"| {r['method']} | {r['records']} | {r['seconds']} | {r['records_per_s']} |" for r in speed]
+    head += ["", "## Selection speed against records per task (ratio 0.45, features precomputed)", "",
+             f"One real task (the largest: {per_task['task_records']} records) cut to each size by a seeded random "
+             "draw; records/s of `select` on it alone.", "",
+             "| records per task | " + " | ".join(a.methods) + " |", "|---:|" + "---:|" * len(a.methods)]
+    for n, r in per_task["rows"].items():
+        head.append(f"| {n} | " + " | ".join(str(r[m]) for m in a.methods) + " |")
+    if a.speed_only:
+        old = Path(a.out).read_text()
+        Path(a.out).write_text("\n".join(head) + "\n" + old[old.index("\n## Proxy ranker"):])
+        print("\n".join(head))
+        return
     rows = evaluate_methods(ds, a.ratios, a.methods, a.seeds)
     png = Path(a.out).with_name(Path(a.out).stem + "_curve.png")
     plot_curves(rows, png)
-    lines = ["# Pruning benchmark", "", f"Command: `python {' '.join(sys.argv)}`", "",
-             f"Logs: {', '.join(a.logs)}; {df.height} records; featurize {t_feat:.1f} s "
-             f"({df.height / t_feat:.0f} records/s)", "", "## Selection speed (ratio 0.45, features precomputed)", "",
-             "| method | records | seconds | records/s |", "|---|---:|---:|---:|"]
-    lines += [f"| {r['method']} | {r['records']} | {r['seconds']} | {r['records_per_s']} |" for r in speed]
-    lines += results_markdown(rows, png.name)
+    lines = head + results_markdown(rows, png.name)
     Path(a.out).write_text("\n".join(lines) + "\n")
     print("\n".join(lines[:60]))
+
+
+def task_size_speed(df: pl.DataFrame, f: dict, methods: list[str], sizes: list[int]) -> dict:
+    """records/s of ``select`` at ratio 0.45 on the largest task of ``df`` cut to each size (seeded draw)."""
+    keys = ["hardware", "task_id"]
+    top = df.group_by(keys).len().sort(["len", *keys], descending=[True, False, False]).row(0, named=True)
+    idx = np.flatnonzero(((df["hardware"] == top["hardware"]) & (df["task_id"] == top["task_id"])).to_numpy())
+    rng = np.random.default_rng(0)
+    out = {}
+    for n in sorted(x for x in sizes if x <= len(idx)):
+        sub = np.sort(rng.choice(idx, n, replace=False))
+        frame = df[sub]
+        feats = {k: v[sub] for k, v in f.items()}
+        out[n] = {}
+        for m in methods:
+            t0 = time.perf_counter()
+            select(frame, 0.45, m, 0, 8, feats=feats)
+            out[n][m] = round(n / (time.perf_counter() - t0))
+    return {"task_records": len(idx), "rows": out}
 
 
 def results_markdown(rows: list[dict], png_name: str) -> list[str]:

@@ -7,10 +7,13 @@
   that replays a SamplePerfectTile) collapse into one record whose costs are the union of theirs.
 - ``cluster``: per (hardware, task), k-means over the standardised flat features plus the standardised label
   (weight ``CLUSTER_LABEL_WEIGHT``); the record nearest each centre is kept, so the kept set covers the schedule
-  space and the label range together. The label as a coordinate, not as quartile strata (the earlier design):
-  on roller-k80 at ratio 0.7 (seed 0 and 1, the proxy of ``evaluate_prune``) k-means in label-quartile
-  strata kept PCA 0.8009/0.7981 (0.8006/0.7985 with the label as a coordinate too), features + label 0.8045/0.8027,
-  random 0.7963/0.7972.
+  space and the label range together. A task's pool of more than ``CLUSTER_BLOCK`` records is clustered in
+  random blocks of that size (k shared in proportion), so the cost per record does not grow with the task
+  (``benchmarks/prune.py``: K80's largest task cut to 250 ... 4000 records runs at 13,500-22,000 records/s; one
+  k-means over all 4000 ran at 3,300). The label is a coordinate rather than a quartile stratum (the earlier
+  design): on roller-k80 at ratio 0.7 (seeds 0 and 1, the proxy of ``evaluate_prune``), k-means in label-quartile
+  strata kept PCA 0.8009/0.7981 (0.8006/0.7985 with the label as a coordinate too), features + label
+  0.8045/0.8027, random 0.7963/0.7972.
 - ``importance``: an out-of-fold LightGBM lambdarank proxy (2 folds per task: a record is scored by the model that
   did not see it) scores each record by its rank error; informative (hard) records are kept, with a floor of
   easy ones drawn at random so the label distribution does not collapse.
@@ -19,7 +22,7 @@
   budget, mixed with importance picks in the share ``HYBRID_IMPORTANCE_SHARE``. Tuned on data
   (``benchmarks/prune.py``, roller-k80, 3 seeds, reports/prune.md): importance picks alone cost the proxy 2.0 (ratio
   0.45) and 5.6 (0.7) PCA points against full data, cluster representatives 0.1 and 0.9, so the share is 0;
-  dropping failed records before the clustering keeps 0.8 more top-1 points than ``cluster`` at 0.45.
+  dropping failed records before the clustering keeps 0.3 more top-1 points than ``cluster`` at 0.45.
 
 Invariants (checked): deterministic for a seed; every (hardware, task) keeps its best valid record and at least
 ``min_keep`` records (or all it has); the achieved ratio is within 1% of the request whenever the minimums allow;
@@ -52,6 +55,7 @@ from .schema import RECORD_SCHEMA
 METHODS = ["redundancy", "cluster", "importance", "hybrid", "random"]
 HYBRID_IMPORTANCE_SHARE = 0.0  # see the module docstring: importance picks hurt the proxy on real data
 CLUSTER_LABEL_WEIGHT = 3.0  # the label's weight among the standardised k-means coordinates (module docstring)
+CLUSTER_BLOCK = 1000  # a task's pool is clustered in random blocks of at most this many records (linear cost)
 UNIT_RECORDS = 20_000  # records per processing unit (whole tasks): bounds prune's memory whatever the input size
 FEATURE_SLICE = 16_384  # rows featurized at once inside a unit
 
@@ -191,7 +195,14 @@ def _cluster_select(idx: np.ndarray, k: int, flat: np.ndarray, labels: np.ndarra
     lsd = lab.std()
     lab = (lab - lab.mean()) / (lsd if lsd > 0 else 1)
     x = np.concatenate([x, CLUSTER_LABEL_WEIGHT * lab[:, None]], axis=1)
-    return idx[np.sort(_kmeans_pick(x, k, rng))]
+    if len(idx) <= CLUSTER_BLOCK:
+        return idx[np.sort(_kmeans_pick(x, k, rng))]
+    # a big task: random blocks of at most CLUSTER_BLOCK records, k shared in proportion; k-means costs pool x kept,
+    # so one k-means over a 4,000-record task ran at a sixth of the records/s of a 500-record one
+    blocks = np.array_split(rng.permutation(len(idx)), -(-len(idx) // CLUSTER_BLOCK))
+    ks = allocate(np.array([len(b) for b in blocks]), k, 0)
+    picks = [b[_kmeans_pick(x[b], int(kb), rng)] for b, kb in zip(blocks, ks) if kb]
+    return idx[np.sort(np.concatenate(picks))]
 
 
 LGB_MAX_QUERY = 10_000  # LightGBM's lambdarank refuses a query (here: a task's training fold) with more rows
@@ -597,9 +608,10 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
                 for it, r in zip(items, first):
                     it["group_keys"], it["alloc"] = r["group_keys"], alloc[at:at + len(r["group_keys"])].tolist()
                     at += len(r["group_keys"])
-                    # k-means over a task's pool costs about pool x kept: a unit holding one big task is slower than
-                    # its record count says; submitting the costliest first keeps both workers busy to the end
-                    c = np.asarray(r["counts"], np.float64)
+                    # k-means over a task's pool costs about pool x kept (pool capped at the cluster block): a unit of
+                    # big tasks is slower than its record count says; submitting the costliest first keeps every
+                    # worker busy to the end
+                    c = np.minimum(np.asarray(r["counts"], np.float64), CLUSTER_BLOCK)
                     it["work"] = float((c * np.asarray(it["alloc"], np.float64)).sum()) + it["records"]
                 second = sorted(map_unordered(_pass2, items, executor, workers, address, lambda it: it["work"], pool),
                                 key=lambda r: r["id"])

@@ -170,12 +170,17 @@ def test_operator_and_hardware_splits(tmp_path):
     assert '"test"' in out
 
 
-def test_cluster_representatives_cover_the_label_range(pooling, monkeypatch):
+@pytest.mark.parametrize("block", [None, 300])
+def test_cluster_representatives_cover_the_label_range(pooling, monkeypatch, block):
     """The label is a k-means coordinate: at 10% kept, the representatives' labels follow each task's label
     distribution more closely than those of a k-means on the schedule features alone (Kolmogorov-Smirnov
-    distance, mean over the real pooling tasks)."""
+    distance, mean over the real pooling tasks). Also when a task is clustered in blocks (block=300: every
+    pooling task is bigger than that)."""
     from tenset_curate import prune as pr
     from tenset_curate.features import featurize
+
+    if block is not None:
+        monkeypatch.setattr(pr, "CLUSTER_BLOCK", block)
 
     df = with_labels(load_records(pooling)).filter(pl.col("is_valid"))
     flat = featurize(df)["flat"]
