@@ -185,6 +185,27 @@ def task_slices(task_ids: np.ndarray):
     return order, uniq, starts, counts
 
 
+def cap_queries(rows: np.ndarray, groups: np.ndarray, cap: int, rng) -> tuple[np.ndarray, np.ndarray]:
+    """Ranking queries from ``rows`` sorted by group (``groups[i]`` is the group of ``rows[i]``): (rows, query
+    sizes), a group of more than ``cap`` rows shuffled by ``rng`` and cut into near-equal queries of at most ``cap``.
+    LightGBM's lambdarank refuses a query of over 10,000 rows, and with truncation at 64 a long query trains only its
+    top (the GBDT ranker and the importance proxy both use this)."""
+    _, starts, counts = np.unique(groups, return_index=True, return_counts=True)
+    if counts.size == 0 or counts.max() <= cap:
+        return rows, counts
+    out, sizes = [], []
+    for s0, c in zip(starts, counts):
+        part = rows[s0:s0 + c]
+        if c > cap:
+            for piece in np.array_split(part[rng.permutation(c)], -(-c // cap)):
+                out.append(piece)
+                sizes.append(len(piece))
+        else:
+            out.append(part)
+            sizes.append(c)
+    return np.concatenate(out), np.asarray(sizes)
+
+
 def _valid_mask(labels: np.ndarray, valid: np.ndarray | None) -> np.ndarray:
     m = np.isfinite(labels) & (labels > 0)
     if valid is not None:

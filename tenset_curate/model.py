@@ -954,20 +954,9 @@ class GBDTRanker(Ranker):
     def _grouped(self, task_ids: np.ndarray, rng: np.random.Generator):
         """Row order (records of a query contiguous) and query sizes; tasks over
         max_group_size rows are cut into random near-equal sub-groups."""
+        order = _metrics.task_slices(task_ids)[0]
         cap = int(self.hparams["max_group_size"])
-        order, _, starts, counts = _metrics.task_slices(task_ids)
-        rows, sizes = [], []
-        for s, c in zip(starts, counts):
-            idx = order[s: s + c]
-            if c > cap:
-                idx = idx[rng.permutation(c)]
-                for part in np.array_split(idx, -(-c // cap)):
-                    rows.append(part)
-                    sizes.append(part.size)
-            else:
-                rows.append(idx)
-                sizes.append(c)
-        return np.concatenate(rows), np.asarray(sizes)
+        return _metrics.cap_queries(order, np.asarray(task_ids)[order], cap, rng)
 
     def fit(self, train: dict, valid: dict | None = None) -> "GBDTRanker":
         import lightgbm as lgb

@@ -50,6 +50,7 @@ import polars as pl
 
 from .features import featurize
 from .labels import LABEL_KEYS, with_labels
+from .metrics import cap_queries
 from .schema import RECORD_SCHEMA
 
 METHODS = ["redundancy", "cluster", "importance", "hybrid", "random"]
@@ -208,25 +209,6 @@ def _cluster_select(idx: np.ndarray, k: int, flat: np.ndarray, labels: np.ndarra
 LGB_MAX_QUERY = 10_000  # LightGBM's lambdarank refuses a query (here: a task's training fold) with more rows
 
 
-def _cap_queries(rows: np.ndarray, groups: np.ndarray, cap: int, rng) -> tuple[np.ndarray, np.ndarray]:
-    """``rows`` sorted by group -> (rows, query sizes), a group of more than ``cap`` rows shuffled and cut into
-    near-equal queries of at most ``cap`` (a task logged with over 20,000 records made LightGBM fail)."""
-    _, starts, counts = np.unique(groups, return_index=True, return_counts=True)
-    if counts.size == 0 or counts.max() <= cap:
-        return rows, counts
-    out, sizes = [], []
-    for s0, c in zip(starts, counts):
-        part = rows[s0:s0 + c]
-        if c > cap:
-            for piece in np.array_split(part[rng.permutation(c)], -(-c // cap)):
-                out.append(piece)
-                sizes.append(len(piece))
-        else:
-            out.append(part)
-            sizes.append(c)
-    return np.concatenate(out), np.asarray(sizes)
-
-
 def importance_scores(feats: dict, labels: np.ndarray, groups: np.ndarray, valid: np.ndarray, seed: int,
                       num_threads: int = 2) -> np.ndarray:
     """Out-of-fold rank error of a LightGBM lambdarank proxy: |rank of prediction - rank of label| / group size.
@@ -246,7 +228,7 @@ def importance_scores(feats: dict, labels: np.ndarray, groups: np.ndarray, valid
             continue
         order = np.argsort(groups[tr], kind="stable")
         tr = tr[order]
-        tr, counts = _cap_queries(tr, groups[tr], LGB_MAX_QUERY, rng)
+        tr, counts = cap_queries(tr, groups[tr], LGB_MAX_QUERY, rng)
         rel = np.clip(np.floor(labels[tr] * 30), 0, 30).astype(int)
         params = {"objective": "lambdarank", "learning_rate": 0.1, "num_leaves": 31, "seed": seed, "verbose": -1,
                   "num_threads": num_threads, "label_gain": list(range(31)), "deterministic": True,
