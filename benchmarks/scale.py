@@ -239,8 +239,7 @@ def main():
         a.rerender = True
     if a.prune_only:
         old = json.loads(Path(a.out).with_suffix(".json").read_text())
-        fresh = prune_rows(a, [(m, int(n), int(w)) for m, n, w in (x.split(":") for x in a.prune_runs)],
-                           Path(a.work))
+        fresh = prune_rows(a, parse_prune_runs(a.prune_runs), Path(a.work))
         done = {(r["method"], r["scale"], r["workers"]) for r in fresh}
         old["rows"] = [r for r in old["rows"] if not (r["step"] == "prune" and (r["method"], r["scale"], r["workers"])
                                                       in done)] + fresh
@@ -263,7 +262,7 @@ def main():
     work = Path(a.work)
     scales = sorted(set(a.scales))
     config_scales = sorted(set(a.config_scales))
-    prune_runs = [(m, int(n), int(w)) for m, n, w in (x.split(":") for x in a.prune_runs)]
+    prune_runs = parse_prune_runs(a.prune_runs)
     prune_scales = sorted({n for _, n, _ in prune_runs})
     n_copies = max(scales + config_scales + prune_scales)
     t0 = time.perf_counter()
@@ -296,6 +295,11 @@ def main():
     rows += prune_rows(a, prune_runs, work)
     res = summarize(rows, scales, a, copies, t_copy, time.time() - t_start)
     write(res, Path(a.out))
+
+
+def parse_prune_runs(specs: list[str]) -> list[tuple[str, int, int]]:
+    """``method:scale:workers`` specs -> (method, scale, workers)."""
+    return [(m, int(n), int(w)) for m, n, w in (x.split(":") for x in specs)]
 
 
 def prune_rows(a, prune_runs, work: Path) -> list[dict]:

@@ -951,7 +951,7 @@ class GBDTRanker(Ranker):
             p["num_threads"] = int(hp["num_threads"])
         return p
 
-    def _grouped(self, task_ids: np.ndarray, rng: np.random.Generator):
+    def query_layout(self, task_ids: np.ndarray, rng: np.random.Generator):
         """Row order (records of a query contiguous) and query sizes; tasks over
         max_group_size rows are cut into random near-equal sub-groups."""
         order = _metrics.task_slices(task_ids)[0]
@@ -971,7 +971,7 @@ class GBDTRanker(Ranker):
             raise ValueError("training labels must be finite (drop invalid records before fit)")
         self.input_dims = {"flat_dim": int(flat.shape[1])}
         rng = np.random.default_rng(self.seed)
-        rows, sizes = self._grouped(task_ids, rng)
+        rows, sizes = self.query_layout(task_ids, rng)
         grades = relevance_grades(task_ids, labels, hp["n_grades"], hp["grade_mode"])
         params = self._params()
         dtrain = lgb.Dataset(flat[rows], grades[rows], group=sizes, params={"max_bin": hp["max_bin"]},
@@ -985,7 +985,7 @@ class GBDTRanker(Ranker):
             self._check_dims({"flat_dim": int(vflat.shape[1])})
             vtask = _as(valid, "task_ids", np.int64, 1)
             vlab = _as(valid, "labels", np.float32, 1)
-            vrows, vsizes = self._grouped(vtask, np.random.default_rng(self.seed + 1))
+            vrows, vsizes = self.query_layout(vtask, np.random.default_rng(self.seed + 1))
             vgr = relevance_grades(vtask, vlab, hp["n_grades"], hp["grade_mode"])
             dvalid = lgb.Dataset(vflat[vrows], vgr[vrows], group=vsizes, reference=dtrain)
             valid_sets = [dvalid]

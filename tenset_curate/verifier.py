@@ -369,7 +369,7 @@ def _refit_gbdt(base, d: dict, rounds: int):
     base_booster = lgb.Booster(model_str=base.booster.model_to_string(num_iteration=init_iter))
     # the measurements in the base model's query layout (tasks, cut at max_group_size): one query of every
     # measurement failed LightGBM's 10,000-row limit on long runs
-    rows, sizes = base._grouped(np.asarray(d["task_ids"]), np.random.default_rng(base.seed))
+    rows, sizes = base.query_layout(np.asarray(d["task_ids"]), np.random.default_rng(base.seed))
     ds = lgb.Dataset(d["flat"][rows], grades[rows], group=sizes, params={"max_bin": hp["max_bin"]},
                      free_raw_data=True)
     booster = lgb.train(params, ds, num_boost_round=int(rounds), init_model=base_booster,
