@@ -489,8 +489,10 @@ def collect(
         if gz.exists() and not (out / name).exists():
             if not resume:
                 raise FileExistsError(f"{gz} exists and resume=False")
-            with gzip.open(gz, "rb") as src, open(out / name, "wb") as dst:
+            tmp = out / f"{name}.tmp-{os.getpid()}"  # a kill mid-copy must not leave a short plain database
+            with gzip.open(gz, "rb") as src, open(tmp, "wb") as dst:
                 shutil.copyfileobj(src, dst)
+            os.replace(tmp, out / name)
             gz.unlink()
     if not resume and ((out / DB_RECORD).exists() or (out / DB_WORKLOAD).exists()):
         raise FileExistsError(f"{out} already holds a database and resume=False")

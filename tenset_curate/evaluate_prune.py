@@ -18,6 +18,7 @@ from .labels import with_labels
 from .metrics import evaluate_predictions
 from .prune import load_records, select
 from .splits import make_split
+from .storage import atomic_savefig
 
 # Queries of at most 64 records with lambdarank's truncation at 64: every pair of a query counts, as in PCA.
 # The proxy used before (queries cut at 2000 records, truncation 64, 300 trees at 0.05) optimised only the top of
@@ -112,7 +113,7 @@ def plot_curves(rows: list[dict], out_png: Path) -> None:
         ax.legend(fontsize=8)
     fig.tight_layout()
     Path(out_png).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_png, dpi=90)
+    atomic_savefig(fig, out_png, dpi=90)
     plt.close(fig)
 
 

@@ -363,10 +363,10 @@ class Ranker:
             self.data_manifest_hash = data_manifest_hash
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
-        self._save_weights(d / self.weights_file)
-        tmp = d / (CONFIG_NAME + ".tmp")
-        tmp.write_text(json.dumps(self.config(), indent=2, sort_keys=True))
-        os.replace(tmp, d / CONFIG_NAME)
+        from .storage import atomic_write_text, atomic_write_with
+
+        atomic_write_with(d / self.weights_file, self._save_weights)
+        atomic_write_text(d / CONFIG_NAME, json.dumps(self.config(), indent=2, sort_keys=True))
         return d
 
     @staticmethod

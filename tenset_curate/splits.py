@@ -166,7 +166,7 @@ def analyze(dataset: Path, name: str, out_dir: Path) -> Path:
     from .features import FLAT_NAMES, featurize
     from .labels import with_labels
     from .prune import load_records
-    from .storage import atomic_write_text
+    from .storage import atomic_savefig, atomic_write_text
 
     dataset, out_dir = Path(dataset), Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -198,7 +198,7 @@ def analyze(dataset: Path, name: str, out_dir: Path) -> Path:
     ax.set_xlabel("label (normalised throughput)")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(out_dir / f"{name}_labels.png", dpi=90)
+    atomic_savefig(fig, out_dir / f"{name}_labels.png", dpi=90)
     plt.close(fig)
     lines += ["", f"![labels]({name}_labels.png)", ""]
     # feature drift: standardised mean difference of the flat features
@@ -245,7 +245,7 @@ def hardware_transfer_section(recs: pl.DataFrame, info: dict, out_dir: Path, nam
         ax.hist(s.to_numpy(), bins=20)
         ax.set_xlabel("per-task Spearman correlation")
         fig.tight_layout()
-        fig.savefig(out_dir / f"{name}_spearman.png", dpi=90)
+        atomic_savefig(fig, out_dir / f"{name}_spearman.png", dpi=90)
         plt.close(fig)
         lines += ["", f"![spearman]({name}_spearman.png)"]
     else:

@@ -7,6 +7,7 @@ with a message naming the holder, or waits when asked to. Readers never take the
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import functools
@@ -108,6 +109,33 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             pass
         raise _explain(e, path) from e
     _fsync_dir(path.parent)
+
+
+def atomic_write_with(path: Path, write) -> None:
+    """Atomic write for a library that can only write to a path (LightGBM's ``save_model``, ``torch.save``):
+    ``write(tmp)`` fills a temporary name beside ``path``, which is fsynced and renamed into place, so a kill
+    never leaves a partial file under the final name."""
+    path = Path(path)
+    tmp = tmp_name(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write(tmp)
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        if isinstance(e, OSError):
+            raise _explain(e, path) from e
+        raise
+    _fsync_dir(path.parent)
+
+
+def atomic_savefig(fig, path: Path, **kw) -> None:
+    """``fig.savefig`` through a temporary name (the format comes from ``path``'s suffix)."""
+    path = Path(path)
+    atomic_write_with(path, lambda tmp: fig.savefig(tmp, format=path.suffix.lstrip(".") or "png", **kw))
 
 
 def atomic_write_json(path: Path, obj) -> None:

@@ -250,10 +250,17 @@ class _RankerCostModelImpl:
         """No-op: the ranker is loaded from its model directory when the adapter is built."""
 
     def save(self, path: str) -> None:
+        from .storage import atomic_write_text, atomic_write_with
+
         p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        np.savez_compressed(p.with_suffix(".npz"), **self._measured_arrays(valid_only=False))
-        p.with_suffix(".json").write_text(json.dumps(self.stats(), indent=2))
+        arrays = self._measured_arrays(valid_only=False)
+
+        def write_npz(tmp: Path) -> None:
+            with open(tmp, "wb") as fh:  # a file object: given a name, numpy would append ".npz" to the temp name
+                np.savez_compressed(fh, **arrays)
+
+        atomic_write_with(p.with_suffix(".npz"), write_npz)
+        atomic_write_text(p.with_suffix(".json"), json.dumps(self.stats(), indent=2))
 
     def predict(self, context, candidates) -> np.ndarray:
         t0 = time.perf_counter()
@@ -903,6 +910,8 @@ def _plots(out: Path, per_wl: list[dict], arms: list[str]) -> list[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from .storage import atomic_savefig
+
     files = []
     n = len(per_wl)
     cols = min(3, n)
@@ -948,7 +957,7 @@ def _plots(out: Path, per_wl: list[dict], arms: list[str]) -> list[str]:
         fig.suptitle("best-so-far latency (database); " + ("median and min-max over seeds" if xkey == "trial"
                                                              else "one line per seed"), fontsize=10)
         fig.tight_layout()
-        fig.savefig(out / fname, dpi=110)
+        atomic_savefig(fig, out / fname, dpi=110)
         plt.close(fig)
         files.append(fname)
     return files
@@ -1245,15 +1254,14 @@ def verify(
 
 def _write_report(out: Path, res: dict, per_wl: list[dict], arm_labels: list[str], n_workloads: int) -> None:
     from .collect import _write_json_atomic
+    from .storage import atomic_write_text
 
     res["figures"] = _plots(out, per_wl, arm_labels)
     _write_json_atomic(out / "verify.json", res)
     md = _report_md(res, res["figures"])
     if len(per_wl) < n_workloads:
         md = md.replace("\n", f"\n\n**Partial: {len(per_wl)} of {n_workloads} workloads done.**\n", 1)
-    tmp = out / "verify.md.tmp"
-    tmp.write_text(md, encoding="utf-8")
-    os.replace(tmp, out / "verify.md")
+    atomic_write_text(out / "verify.md", md)
 
 
 def rerender(out: str | os.PathLike = "reports") -> str:

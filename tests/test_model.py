@@ -215,6 +215,33 @@ def test_save_load_round_trip(kind, fitted, real_splits, tmp_path):
         other.load(d)
 
 
+@pytest.mark.parametrize("kind", list(CONFIGS))
+def test_save_interrupted_mid_weights_leaves_the_old_model(kind, fitted, real_splits, tmp_path, monkeypatch):
+    """The weights are written through a temporary name: a save that dies while the library (LightGBM's
+    save_model, torch.save) is writing must leave the earlier complete model, not a partial file, under
+    ``model.txt``/``model.pt`` (a SIGKILL of ``curate run`` once left an empty ``model.txt``)."""
+    _, _, test = real_splits
+    m = fitted[kind]
+    d = m.save(tmp_path / kind)
+    weights = d / m.weights_file
+    before = weights.read_bytes()
+    real = type(m)._save_weights
+
+    def dies_half_way(self, path):
+        real(self, path)
+        data = Path(path).read_bytes()
+        Path(path).write_bytes(data[: len(data) // 2])
+        raise KeyboardInterrupt("killed while writing")
+
+    monkeypatch.setattr(type(m), "_save_weights", dies_half_way)
+    with pytest.raises(KeyboardInterrupt):
+        m.save(d)
+    assert weights.read_bytes() == before
+    assert sorted(f.name for f in d.iterdir()) == sorted(["config.json", m.weights_file])  # no temp left
+    monkeypatch.undo()
+    np.testing.assert_array_equal(load_model(d).predict(test), m.predict(test))
+
+
 def test_wrong_feature_version_and_dims_are_refused(fitted, real_splits, tmp_path):
     _, _, test = real_splits
     d = fitted["mlp"].save(tmp_path / "mlp")
