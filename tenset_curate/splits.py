@@ -223,6 +223,8 @@ def hardware_transfer_section(recs: pl.DataFrame, info: dict, out_dir: Path, nam
     """Per task, Spearman correlation between the costs of the same programs on the train and test hardware.
 
     Programs are matched by (workload_key, steps); when two runs share few programs, the report says so."""
+    from .storage import atomic_savefig
+
     a = recs.filter(pl.col("hardware").is_in(info["train_hw"]) & pl.col("is_valid"))
     b = recs.filter(pl.col("hardware").is_in(info["test_hw"]) & pl.col("is_valid"))
     j = a.select("workload_key", "prog", pl.col("mean_cost").alias("ca")).group_by(["workload_key", "prog"]).agg(

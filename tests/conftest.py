@@ -64,3 +64,24 @@ def k80_three_logs_dataset(tmp_path_factory) -> Path:
         shutil.copyfile(f, inp / f.name)
     convert([inp], base / "ds")
     return base / "ds"
+
+
+@pytest.fixture(scope="session")
+def k80_mi50_dataset(tmp_path_factory) -> Path:
+    """The same 24 real tasks (every 5th log name present on both GPUs, all operator folders) measured on K80 and
+    on MI50, converted into one dataset. Tests add their own splits (under distinct names) and write nothing else."""
+    from tenset_curate.convert import convert
+
+    ansor = _REAL / "ansor"
+    if not (ansor / "roller-k80").is_dir() or not (ansor / "roller-mi50").is_dir():
+        pytest.skip(f"roller-k80 / roller-mi50 logs not found under {ansor}")
+    base = tmp_path_factory.mktemp("k80-mi50")
+    k80 = sorted(p.relative_to(ansor / "roller-k80") for p in (ansor / "roller-k80").rglob("*.json.gz"))
+    both = [r for r in k80 if (ansor / "roller-mi50" / r).is_file()][::5][:24]
+    assert len(both) == 24
+    for hw in ("roller-k80", "roller-mi50"):
+        for r in both:
+            (base / "in" / hw / r).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(ansor / hw / r, base / "in" / hw / r)
+    convert([base / "in" / "roller-k80", base / "in" / "roller-mi50"], base / "ds", workers=1)
+    return base / "ds"

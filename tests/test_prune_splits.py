@@ -221,3 +221,23 @@ def test_importance_scores_a_task_bigger_than_a_lightgbm_query(pooling):
     labels = np.tile(df["label"].to_numpy(), reps)[:21_000]
     score = pr.importance_scores({"flat": big}, labels, np.zeros(21_000, np.int64), np.ones(21_000, bool), seed=0)
     assert score.shape == (21_000,) and np.isfinite(score).all() and score.max() > 0
+
+
+def test_analyze_a_hardware_split_on_real_logs(k80_mi50_dataset, tmp_path):
+    """``curate splits analyze`` of a K80 -> MI50 split: the report, its label and Spearman plots (the Spearman
+    section once called an unimported helper and failed with NameError), and a Spearman table built from the
+    programs measured on both GPUs."""
+    from tenset_curate.splits import analyze
+
+    write_split(k80_mi50_dataset, "analyze_hw", "hardware", train_hw=["roller-k80"], test_hw=["roller-mi50"], seed=0)
+    p = analyze(k80_mi50_dataset, "analyze_hw", tmp_path / "rep")
+    md = p.read_text()
+    assert sorted(f.name for f in p.parent.iterdir()) == ["analyze_hw.md", "analyze_hw_labels.png",
+                                                          "analyze_hw_spearman.png"]
+    assert not [f for f in p.parent.iterdir() if ".tmp" in f.name]
+    sec = md.split("## Ranking transfer between hardware")[1]
+    shared = int(sec.split("programs measured on both: ")[1].split(";")[0])
+    rows = [ln for ln in sec.splitlines() if ln.startswith("| `")]
+    assert shared > 100 and rows
+    rho = [float(ln.rsplit("|", 2)[1]) for ln in rows]
+    assert all(-1 <= r <= 1 for r in rho) and np.median(rho) > 0.5  # the same programs rank alike on both GPUs
