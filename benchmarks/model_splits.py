@@ -47,6 +47,8 @@ def main(argv=None):
     ap.add_argument("--models", nargs="+", default=["attention", "gbdt", "mlp"])
     ap.add_argument("--splits", nargs="+", default=list(SPLITS))
     ap.add_argument("--out", default="reports/model_splits.md")
+    ap.add_argument("--merge", action="store_true",
+                    help="keep the rows of --out's JSON for the (split, model) pairs this run does not train")
     a = ap.parse_args(argv)
     work, real = Path(a.work), Path(a.realdata) / "ansor"
     ds = {"k80": work / "k80", "gpu": work / "gpu"}
@@ -75,6 +77,12 @@ def main(argv=None):
                          "train_records": int((part == "train").sum()), "test_records": int((part == "test").sum()),
                          "seconds": round(secs, 1)})
             print(json.dumps(rows[-1]), flush=True)
+    if a.merge and Path(a.out).with_suffix(".json").is_file():
+        done = {(r["split"], r["model"]) for r in rows}
+        old = [r for r in json.loads(Path(a.out).with_suffix(".json").read_text())
+               if (r["split"], r["model"]) not in done]
+        order = {n: i for i, n in enumerate(SPLITS)}
+        rows = sorted(old + rows, key=lambda r: (order.get(r["split"], 99), r["model"] != "random", r["model"]))
     lines = ["# Cost models on the real GPU logs, per split", "",
              f"Command: `python {' '.join(['benchmarks/model_splits.py', *(argv if argv is not None else sys.argv[1:])])}`",
              "", "Seed 0; test part of each split; TenSet's metrics (tenset_curate/metrics.py); `random` is the exact "

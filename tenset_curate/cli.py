@@ -195,13 +195,18 @@ def train(
     seed: int = typer.Option(0),
     balance_hardware: bool = typer.Option(True, help="repeat the records of a hardware with far fewer training "
                                           "records (few-shot), by the square root of the size ratio"),
+    task_relative: Optional[bool] = typer.Option(
+        None, "--task-relative/--raw-features",
+        help="also give the model each flat feature standardised within its task (default: on for attention and "
+             "gbdt, off for TenSet's mlp)"),
     json_out: bool = typer.Option(False, "--json"),
 ):
     """Train a cost model on a split's train part (early stopping on valid PCA)."""
     from .training import train_model
 
+    hp = {} if task_relative is None else {"task_relative": task_relative}
     s = train_model(dataset, split, model, out, epochs=epochs, device=device, seed=seed, progress=not json_out,
-                    balance_hardware=balance_hardware)
+                    balance_hardware=balance_hardware, **hp)
     _print_json(s) if json_out else typer.echo(f"model {model} -> {out}: valid {s.get('valid')}")
 
 

@@ -61,6 +61,20 @@ GBDT
     hardware (K80 -> MI50 with 10% of MI50: 0.911 -> 0.863; zero-shot 0.532 -> 0.509). Early stopping uses the
     validation PCA (computed every ``eval_every`` rounds from LightGBM's incremental scores).
 
+Within-task features (``task_relative``, on by default for attention and GBDT, off for TenSet's MLP)
+    The flat features are given twice: as they are, and standardised within each task
+    (``features.task_relative``: how a program differs from the other programs of its task). A ranking inside a task
+    needs only that difference, and it carries over to hardware and operators the model has not seen, where the raw
+    values fall outside the training range. The statistics come from ``data["flat_rel"]`` when the caller computed
+    them over a task's whole record set (``training.arrays``), else from the records given together
+    (``task_relative_inputs``). Measured with ``benchmarks/model_splits.py`` (seed 0; see reports/model_splits.md):
+    GBDT K80 -> MI50 zero-shot PCA / top-1 / top-5 0.632 / 0.509 / 0.715 -> 0.720 / 0.816 / 0.905, attention
+    0.727 / 0.512 / 0.781 -> 0.743 / 0.792 / 0.911; depthwise held out, GBDT top-1 0.513 -> 0.799 (random 0.653),
+    attention 0.239 -> 0.633; within-task K80 attention 0.860 / 0.967 -> 0.864 / 0.970, GBDT PCA 0.816 -> 0.827;
+    K80 + 10% MI50, attention PCA 0.821 -> 0.816 (top-1 0.777 -> 0.872).
+    Directories saved before the option existed load with it off (``_legacy_hparams``) and predict as before.
+    ``predict`` needs ``task_ids`` (or ``flat_rel``) for such a model.
+
 Reproducibility
     ``seed`` seeds torch (``torch.manual_seed``) and the numpy batch sampler;
     ``deterministic=True`` turns on ``torch.use_deterministic_algorithms`` (warn-only, restored
@@ -115,6 +129,32 @@ class ModelMismatchError(ModelLoadError):
 # ============================================================================================
 # data helpers
 # ============================================================================================
+def task_relative_inputs(data: dict, flat: np.ndarray) -> np.ndarray:
+    """``[flat, within-task standardised flat]`` for a model with ``task_relative``. The task statistics come from
+    ``data["flat_rel"]`` when the caller computed them over more of each task's records than it scores (``training
+    .arrays`` does, over every record of the task in the dataset: features only, no labels), else from the records
+    given, grouped by ``data["task_ids"]`` (the verifier's candidates of one task). More records give steadier
+    statistics: on roller-k80's within-task split, statistics from the ~30 test records of a task gave GBDT PCA 0.798,
+    from all of the task's records 0.827 (raw features 0.816)."""
+    from .features import task_relative
+
+    flat = np.asarray(flat, np.float32)
+    rel = data.get("flat_rel")
+    if rel is not None:
+        rel = np.asarray(rel, np.float32)
+        if rel.shape != flat.shape:
+            raise ValueError(f"flat_rel has shape {rel.shape}, flat {flat.shape}")
+    else:
+        if data.get("task_ids") is None:
+            raise ValueError("this model standardises features within tasks (task_relative=True): predict needs "
+                             "'task_ids' (the task of each record; all zeros for candidates of one task)")
+        t = _as(data, "task_ids", np.int64, 1)
+        if len(t) != len(flat):
+            raise ValueError(f"task_ids has {len(t)} entries for {len(flat)} records")
+        rel = task_relative(flat, t)
+    return np.concatenate([flat, rel], axis=1)
+
+
 def _as(data: dict, key: str, dtype, ndim: int, required: bool = True):
     if key not in data or data[key] is None:
         if required:
@@ -570,7 +610,7 @@ class _TorchRanker(Ranker):
     _common_defaults = dict(
         epochs=30, lr=1e-3, weight_decay=1e-6, lr_schedule="cosine", lr_step_epochs=10,
         lr_gamma=0.5, warmup_steps=0, grad_clip=1.0, tasks_per_batch=8, records_per_task=64,
-        batching="task", loss="lambdarank", sigma=1.0, patience=5, min_delta=1e-4,
+        batching="task", loss="lambdarank", sigma=1.0, patience=5, min_delta=1e-4, task_relative=False,
         infer_batch_size=1024, device="cpu", num_threads=None, deterministic=True,
     )
 
@@ -587,6 +627,24 @@ class _TorchRanker(Ranker):
         import torch
 
         return torch.device(self.hparams["device"])
+
+    def _flat_inputs(self, data: dict, flat: np.ndarray) -> np.ndarray:
+        """The flat features the network sees: with ``task_relative``, each also standardised within its task
+        (``features.task_relative``), appended after the raw ones."""
+        if not self.hparams["task_relative"] or flat.shape[1] == 0:
+            return flat
+        return task_relative_inputs(data, flat)
+
+    def _net_dims(self) -> dict:
+        d = dict(self.input_dims)
+        if self.hparams["task_relative"]:
+            d["flat_dim"] = 2 * d["flat_dim"]
+        return d
+
+    def _raw_flat_dim(self, arrays: dict) -> int:
+        """The caller's flat width (``input_dims`` records it, not the doubled width the network sees)."""
+        w = int(arrays["flat"].shape[1])
+        return w // 2 if self.hparams["task_relative"] else w
 
     # ---- training -----------------------------------------------------------------------
     def fit(self, train: dict, valid: dict | None = None) -> "_TorchRanker":
@@ -783,8 +841,9 @@ class AttentionRanker(_TorchRanker):
         d_model=32, n_heads=2, n_layers=1, ff_mult=2, dropout=0.0, head_hidden=64,
         use_flat=True, input_clip=20.0, lr=5e-3, epochs=30, patch=4, attn_impl="math",
         loss="ranknet+lambdarank", tasks_per_batch=16, records_per_task=32, infer_batch_size=4096,
+        task_relative=True,
     )
-    _legacy_hparams = dict(patch=1, attn_impl="sdpa")
+    _legacy_hparams = dict(patch=1, attn_impl="sdpa", task_relative=False)
 
     def _feature_arrays(self, data: dict) -> dict:
         tokens = _as(data, "tokens", np.float32, 3)
@@ -792,6 +851,8 @@ class AttentionRanker(_TorchRanker):
         flat = _as(data, "flat", np.float32, 2, required=False)
         if flat is None:
             flat = np.zeros((len(tokens), 0), np.float32)
+        else:
+            flat = self._flat_inputs(data, flat)
         if mask.shape != tokens.shape[:2]:
             raise ValueError(f"mask shape {mask.shape} does not match tokens {tokens.shape}")
         # effective length of each record = last real token + 1 (tokens may be right-padded)
@@ -802,7 +863,7 @@ class AttentionRanker(_TorchRanker):
 
     def _dims(self, arrays: dict) -> dict:
         t = arrays["tokens"]
-        return {"token_dim": int(t.shape[2]), "flat_dim": int(arrays["flat"].shape[1]),
+        return {"token_dim": int(t.shape[2]), "flat_dim": self._raw_flat_dim(arrays),
                 "max_len": int(t.shape[1])}
 
     def _check_dims(self, dims: dict):
@@ -811,7 +872,7 @@ class AttentionRanker(_TorchRanker):
         super()._check_dims({k: v for k, v in dims.items() if k != "max_len"})
 
     def _build_net(self):
-        return _build_attention_net(self.input_dims, self.hparams)
+        return _build_attention_net(self._net_dims(), self.hparams)
 
     def _init_normalizer(self, net, arrays: dict):
         import torch
@@ -875,13 +936,13 @@ class MLPRanker(_TorchRanker):
     )
 
     def _feature_arrays(self, data: dict) -> dict:
-        return {"flat": _as(data, "flat", np.float32, 2)}
+        return {"flat": self._flat_inputs(data, _as(data, "flat", np.float32, 2))}
 
     def _dims(self, arrays: dict) -> dict:
-        return {"flat_dim": int(arrays["flat"].shape[1])}
+        return {"flat_dim": self._raw_flat_dim(arrays)}
 
     def _build_net(self):
-        return _build_mlp_net(self.input_dims, self.hparams)
+        return _build_mlp_net(self._net_dims(), self.hparams)
 
     def _init_normalizer(self, net, arrays: dict):
         import torch
@@ -927,8 +988,10 @@ class GBDTRanker(Ranker):
         objective="lambdarank", n_estimators=600, learning_rate=0.05, num_leaves=63,
         min_data_in_leaf=20, feature_fraction=0.9, lambda_l2=0.0, max_bin=255,
         lambdarank_truncation_level=64, n_grades=16, grade_mode="quantile", label_gain=None,
-        max_group_size=64, early_stopping_rounds=100, eval_every=10, num_threads=None,
+        max_group_size=64, early_stopping_rounds=100, eval_every=10, num_threads=None, task_relative=True,
     )
+    # directories saved before the within-task features existed were trained on the raw flat features
+    _legacy_hparams = dict(task_relative=False)
 
     def _library_versions(self) -> dict:
         import lightgbm
@@ -951,6 +1014,11 @@ class GBDTRanker(Ranker):
             p["num_threads"] = int(hp["num_threads"])
         return p
 
+    def booster_inputs(self, data: dict, flat: np.ndarray) -> np.ndarray:
+        """What the booster sees: the flat features, plus (``task_relative``) each one standardised within its task
+        (``task_relative_inputs``)."""
+        return task_relative_inputs(data, flat) if self.hparams["task_relative"] else flat
+
     def query_layout(self, task_ids: np.ndarray, rng: np.random.Generator):
         """Row order (records of a query contiguous) and query sizes; tasks over
         max_group_size rows are cut into random near-equal sub-groups."""
@@ -970,6 +1038,7 @@ class GBDTRanker(Ranker):
         if not np.all(np.isfinite(labels)):
             raise ValueError("training labels must be finite (drop invalid records before fit)")
         self.input_dims = {"flat_dim": int(flat.shape[1])}
+        flat = self.booster_inputs(train, flat)
         rng = np.random.default_rng(self.seed)
         rows, sizes = self.query_layout(task_ids, rng)
         grades = relevance_grades(task_ids, labels, hp["n_grades"], hp["grade_mode"])
@@ -984,6 +1053,7 @@ class GBDTRanker(Ranker):
             vflat = _as(valid, "flat", np.float32, 2)
             self._check_dims({"flat_dim": int(vflat.shape[1])})
             vtask = _as(valid, "task_ids", np.int64, 1)
+            vflat = self.booster_inputs(valid, vflat)
             vlab = _as(valid, "labels", np.float32, 1)
             vrows, vsizes = self.query_layout(vtask, np.random.default_rng(self.seed + 1))
             vgr = relevance_grades(vtask, vlab, hp["n_grades"], hp["grade_mode"])
@@ -1021,6 +1091,7 @@ class GBDTRanker(Ranker):
         self._require_fitted()
         flat = _as(data, "flat", np.float32, 2)
         self._check_dims({"flat_dim": int(flat.shape[1])})
+        flat = self.booster_inputs(data, flat)
         kw = {"num_threads": int(self.hparams["num_threads"])} if self.hparams["num_threads"] else {}
         return np.asarray(self.booster.predict(flat, num_iteration=self.best_epoch, **kw), dtype=np.float64)
 

@@ -372,16 +372,14 @@ def step_train(p: dict, workdir: Path, base: Path, workers: int, log, exe: dict)
 
 
 def step_evaluate(p: dict, workdir: Path, base: Path, workers: int, log, exe: dict) -> dict:
-    import polars as pl
-
     from .features import FEATURE_VERSION
     from .metrics import evaluate_predictions
     from .model import load_model
-    from .training import arrays
+    from .training import _part, arrays
 
     split = p.get("split", "within_task")
-    df = _train_frames(workdir, split, False).filter(pl.col("part") == "test")
-    d = arrays(df)
+    df = _train_frames(workdir, split, False)
+    d = _part(arrays(df), (df["part"] == "test").to_numpy())  # within-task statistics over the whole task
     res = {}
     for mdir in sorted((workdir / "train").iterdir()):
         m = load_model(mdir, expected_feature_version=FEATURE_VERSION)

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from .features import FEATURE_VERSION, featurize, operator_classes
+from .features import FEATURE_VERSION, featurize, operator_classes, task_relative
 from .labels import with_labels
 from .prune import load_records
 
@@ -45,6 +45,9 @@ def arrays(df: pl.DataFrame) -> dict:
     d = featurize(df)
     gid = df.select(pl.concat_str(["hardware", "task_id"], separator="/").alias("g"))["g"]
     d["task_ids"] = gid.rank("dense").to_numpy().astype(np.int64)
+    # within-task statistics over every record of the task in the frame, whatever its part (features only): the
+    # models with task_relative read them (model.task_relative_inputs); steadier than a test part's few records
+    d["flat_rel"] = task_relative(d["flat"], d["task_ids"])
     d["labels"] = df["label"].to_numpy().astype(np.float32)
     d["groups"] = {"op_class": df["op_class"].to_numpy().astype(str), "hardware": df["hardware"].to_numpy().astype(str)}
     return d
@@ -140,9 +143,9 @@ def evaluate_model(model_dir: Path, dataset: Path, split: str, part: str = "test
 
     m = load_model(model_dir, expected_feature_version=FEATURE_VERSION)
     df = labelled_split(dataset, split)
-    df = df.filter(pl.col("part") == part)
-    if df.height == 0:
+    sel = (df["part"] == part).to_numpy()
+    if not sel.any():
         raise ValueError(f"split {split} has no valid records in part {part!r}")
-    d = arrays(df)
+    d = _part(arrays(df), sel)  # featurised with the whole split: within-task statistics over the whole task
     preds = m.predict(d)
     return evaluate_predictions(d["task_ids"], d["labels"], preds, groups=d["groups"])

@@ -424,4 +424,4 @@ def test_refit_gbdt_on_more_measurements_than_one_lightgbm_query(trained):
     m = V._refit_gbdt(base, big, rounds=2)
     start = base.best_epoch or base.booster.current_iteration()
     assert m.booster.current_iteration() > start and m is not base
-    assert np.isfinite(m.predict({"flat": d["flat"]})).all()
+    assert np.isfinite(m.predict({"flat": d["flat"], "task_ids": d["task_ids"]})).all()
