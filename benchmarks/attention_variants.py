@@ -17,13 +17,12 @@ from pathlib import Path
 
 import numpy as np
 
-from tenset_curate.metrics import evaluate_predictions
+from tenset_curate.metrics import evaluate_predictions, task_slices
 from tenset_curate.training import _part, arrays, balanced_rows, labelled_split, make_model
 
 
 def task_centred_tokens(tok: np.ndarray, mask: np.ndarray, tid: np.ndarray) -> np.ndarray:
-    order = np.argsort(tid, kind="stable")
-    _, starts, counts = np.unique(tid[order], return_index=True, return_counts=True)
+    order, _, starts, counts = task_slices(tid)
     rel = np.zeros_like(tok)
     for s0, c in zip(starts, counts):
         idx = order[s0:s0 + c]

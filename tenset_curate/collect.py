@@ -489,10 +489,13 @@ def collect(
         if gz.exists() and not (out / name).exists():
             if not resume:
                 raise FileExistsError(f"{gz} exists and resume=False")
-            tmp = out / f"{name}.tmp-{os.getpid()}"  # a kill mid-copy must not leave a short plain database
-            with gzip.open(gz, "rb") as src, open(tmp, "wb") as dst:
-                shutil.copyfileobj(src, dst)
-            os.replace(tmp, out / name)
+            from .storage import atomic_write_with
+
+            def unzip(tmp: Path, gz: Path = gz) -> None:  # a kill mid-copy must not leave a short plain database
+                with gzip.open(gz, "rb") as src, open(tmp, "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+
+            atomic_write_with(out / name, unzip)
             gz.unlink()
     if not resume and ((out / DB_RECORD).exists() or (out / DB_WORKLOAD).exists()):
         raise FileExistsError(f"{out} already holds a database and resume=False")

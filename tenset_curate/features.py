@@ -216,9 +216,9 @@ def task_relative(flat: np.ndarray, task_ids: np.ndarray, eps: float = TASK_RELA
     out = np.zeros_like(flat)
     if len(flat) == 0 or flat.shape[1] == 0:
         return out
-    t = np.asarray(task_ids).ravel()
-    order = np.argsort(t, kind="stable")
-    _, starts, counts = np.unique(t[order], return_index=True, return_counts=True)
+    from .metrics import task_slices
+
+    order, _, starts, counts = task_slices(task_ids)
     x = flat[order].astype(np.float64)
     rep = np.repeat(np.arange(len(starts)), counts)
     mu = np.add.reduceat(x, starts, axis=0) / counts[:, None]

@@ -362,6 +362,13 @@ class Ranker:
         preds = self.predict(data)
         return _metrics.evaluate_predictions(data["task_ids"], data["labels"], preds, groups)
 
+    def flat_inputs(self, data: dict, flat: np.ndarray) -> np.ndarray:
+        """The flat features the model sees: as given, plus (``task_relative``) each one standardised within its
+        task (``task_relative_inputs``), appended after the raw ones."""
+        if not self.hparams.get("task_relative") or flat.shape[1] == 0:
+            return flat
+        return task_relative_inputs(data, flat)
+
     def _require_fitted(self):
         if self.input_dims is None:
             raise RuntimeError(f"{type(self).__name__} is not fitted")
@@ -628,13 +635,6 @@ class _TorchRanker(Ranker):
 
         return torch.device(self.hparams["device"])
 
-    def _flat_inputs(self, data: dict, flat: np.ndarray) -> np.ndarray:
-        """The flat features the network sees: with ``task_relative``, each also standardised within its task
-        (``features.task_relative``), appended after the raw ones."""
-        if not self.hparams["task_relative"] or flat.shape[1] == 0:
-            return flat
-        return task_relative_inputs(data, flat)
-
     def _net_dims(self) -> dict:
         d = dict(self.input_dims)
         if self.hparams["task_relative"]:
@@ -852,7 +852,7 @@ class AttentionRanker(_TorchRanker):
         if flat is None:
             flat = np.zeros((len(tokens), 0), np.float32)
         else:
-            flat = self._flat_inputs(data, flat)
+            flat = self.flat_inputs(data, flat)
         if mask.shape != tokens.shape[:2]:
             raise ValueError(f"mask shape {mask.shape} does not match tokens {tokens.shape}")
         # effective length of each record = last real token + 1 (tokens may be right-padded)
@@ -936,7 +936,7 @@ class MLPRanker(_TorchRanker):
     )
 
     def _feature_arrays(self, data: dict) -> dict:
-        return {"flat": self._flat_inputs(data, _as(data, "flat", np.float32, 2))}
+        return {"flat": self.flat_inputs(data, _as(data, "flat", np.float32, 2))}
 
     def _dims(self, arrays: dict) -> dict:
         return {"flat_dim": self._raw_flat_dim(arrays)}
@@ -1014,11 +1014,6 @@ class GBDTRanker(Ranker):
             p["num_threads"] = int(hp["num_threads"])
         return p
 
-    def booster_inputs(self, data: dict, flat: np.ndarray) -> np.ndarray:
-        """What the booster sees: the flat features, plus (``task_relative``) each one standardised within its task
-        (``task_relative_inputs``)."""
-        return task_relative_inputs(data, flat) if self.hparams["task_relative"] else flat
-
     def query_layout(self, task_ids: np.ndarray, rng: np.random.Generator):
         """Row order (records of a query contiguous) and query sizes; tasks over
         max_group_size rows are cut into random near-equal sub-groups."""
@@ -1038,7 +1033,7 @@ class GBDTRanker(Ranker):
         if not np.all(np.isfinite(labels)):
             raise ValueError("training labels must be finite (drop invalid records before fit)")
         self.input_dims = {"flat_dim": int(flat.shape[1])}
-        flat = self.booster_inputs(train, flat)
+        flat = self.flat_inputs(train, flat)
         rng = np.random.default_rng(self.seed)
         rows, sizes = self.query_layout(task_ids, rng)
         grades = relevance_grades(task_ids, labels, hp["n_grades"], hp["grade_mode"])
@@ -1053,7 +1048,7 @@ class GBDTRanker(Ranker):
             vflat = _as(valid, "flat", np.float32, 2)
             self._check_dims({"flat_dim": int(vflat.shape[1])})
             vtask = _as(valid, "task_ids", np.int64, 1)
-            vflat = self.booster_inputs(valid, vflat)
+            vflat = self.flat_inputs(valid, vflat)
             vlab = _as(valid, "labels", np.float32, 1)
             vrows, vsizes = self.query_layout(vtask, np.random.default_rng(self.seed + 1))
             vgr = relevance_grades(vtask, vlab, hp["n_grades"], hp["grade_mode"])
@@ -1091,7 +1086,7 @@ class GBDTRanker(Ranker):
         self._require_fitted()
         flat = _as(data, "flat", np.float32, 2)
         self._check_dims({"flat_dim": int(flat.shape[1])})
-        flat = self.booster_inputs(data, flat)
+        flat = self.flat_inputs(data, flat)
         kw = {"num_threads": int(self.hparams["num_threads"])} if self.hparams["num_threads"] else {}
         return np.asarray(self.booster.predict(flat, num_iteration=self.best_epoch, **kw), dtype=np.float64)
 

@@ -375,11 +375,11 @@ def step_evaluate(p: dict, workdir: Path, base: Path, workers: int, log, exe: di
     from .features import FEATURE_VERSION
     from .metrics import evaluate_predictions
     from .model import load_model
-    from .training import _part, arrays
+    from .training import part_arrays
 
     split = p.get("split", "within_task")
     df = _train_frames(workdir, split, False)
-    d = _part(arrays(df), (df["part"] == "test").to_numpy())  # within-task statistics over the whole task
+    d = part_arrays(df, "test")
     res = {}
     for mdir in sorted((workdir / "train").iterdir()):
         m = load_model(mdir, expected_feature_version=FEATURE_VERSION)

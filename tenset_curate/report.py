@@ -43,7 +43,7 @@ def pca_report(dataset: Path, out: Path, epochs: int = 24, ratio: float = 0.45, 
     from .prune import prune
     from .splits import write_split
     from .storage import atomic_write_text
-    from .training import _part, arrays, data_hash, fit_on_frame, labelled_split
+    from .training import data_hash, fit_on_frame, labelled_split, part_arrays
 
     dataset, out = Path(dataset), Path(out)
     work = Path(tempfile.mkdtemp(prefix="tc-pca-"))
@@ -68,11 +68,9 @@ def pca_report(dataset: Path, out: Path, epochs: int = 24, ratio: float = 0.45, 
                 rows.append((name, "skipped", str(e), None, None, None))
                 continue
             df = labelled_split(ds, name)
-            is_test = (df["part"] == "test").to_numpy()
-            if not is_test.any():
+            if not (df["part"] == "test").any():
                 continue
-            # featurised with every record of the split, so the within-task statistics see the whole task
-            d_test = _part(arrays(df), is_test)
+            d_test = part_arrays(df, "test")
             rows.append((name, "random", "", 0.5, random_topk_expectation(d_test["task_ids"], d_test["labels"], 1),
                          random_topk_expectation(d_test["task_ids"], d_test["labels"], 5)))
             for data in ("full", "pruned"):

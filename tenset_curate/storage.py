@@ -92,25 +92,6 @@ def _explain(e: OSError, path: Path) -> OutputError:
     return OutputError(f"cannot write {path}: {why}; earlier outputs are left as they were")
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    path = Path(path)
-    tmp = tmp_name(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except OSError as e:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise _explain(e, path) from e
-    _fsync_dir(path.parent)
-
-
 def atomic_write_with(path: Path, write) -> None:
     """Atomic write for a library that can only write to a path (LightGBM's ``save_model``, ``torch.save``):
     ``write(tmp)`` fills a temporary name beside ``path``, which is fsynced and renamed into place, so a kill
@@ -130,6 +111,10 @@ def atomic_write_with(path: Path, write) -> None:
             raise _explain(e, path) from e
         raise
     _fsync_dir(path.parent)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    atomic_write_with(path, lambda tmp: tmp.write_bytes(data))
 
 
 def atomic_savefig(fig, path: Path, **kw) -> None:

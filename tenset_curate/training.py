@@ -53,6 +53,12 @@ def arrays(df: pl.DataFrame) -> dict:
     return d
 
 
+def part_arrays(df: pl.DataFrame, part: str) -> dict:
+    """``arrays`` of the records in one part, featurised with the whole frame so that the within-task statistics
+    (``flat_rel``) see every record of a task, not only this part's few."""
+    return _part(arrays(df), (df["part"] == part).to_numpy())
+
+
 def make_model(kind: str, seed: int = 0, epochs: int = 10, device: str = "cpu", progress: bool = False,
                feature_version: str = FEATURE_VERSION, data_manifest_hash: str | None = None, **hp):
     from . import model as M
@@ -143,9 +149,8 @@ def evaluate_model(model_dir: Path, dataset: Path, split: str, part: str = "test
 
     m = load_model(model_dir, expected_feature_version=FEATURE_VERSION)
     df = labelled_split(dataset, split)
-    sel = (df["part"] == part).to_numpy()
-    if not sel.any():
+    if not (df["part"] == part).any():
         raise ValueError(f"split {split} has no valid records in part {part!r}")
-    d = _part(arrays(df), sel)  # featurised with the whole split: within-task statistics over the whole task
+    d = part_arrays(df, part)
     preds = m.predict(d)
     return evaluate_predictions(d["task_ids"], d["labels"], preds, groups=d["groups"])

@@ -377,7 +377,7 @@ def _refit_gbdt(base, d: dict, rounds: int):
     # the measurements in the base model's query layout (tasks, cut at max_group_size): one query of every
     # measurement failed LightGBM's 10,000-row limit on long runs
     rows, sizes = base.query_layout(np.asarray(d["task_ids"]), np.random.default_rng(base.seed))
-    flat = base.booster_inputs(d, np.asarray(d["flat"], np.float32))
+    flat = base.flat_inputs(d, np.asarray(d["flat"], np.float32))
     ds = lgb.Dataset(flat[rows], grades[rows], group=sizes, params={"max_bin": hp["max_bin"]},
                      free_raw_data=True)
     booster = lgb.train(params, ds, num_boost_round=int(rounds), init_model=base_booster,
