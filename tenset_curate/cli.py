@@ -197,14 +197,21 @@ def train(
                                           "records (few-shot), by the square root of the size ratio"),
     task_relative: Optional[bool] = typer.Option(
         None, "--task-relative/--raw-features",
-        help="also give the model each flat feature standardised within its task (default: on for attention and "
-             "gbdt, off for TenSet's mlp)"),
+        help="also give the model each flat feature standardised within its task, and (attention) each schedule "
+             "token centred within its task (default: on for attention and gbdt, off for TenSet's mlp)"),
+    raw_tokens: bool = typer.Option(False, "--raw-tokens",
+                                    help="attention: the schedule tokens as they are only (the within-task flat "
+                                         "features stay as --task-relative/--raw-features says)"),
     json_out: bool = typer.Option(False, "--json"),
 ):
     """Train a cost model on a split's train part (early stopping on valid PCA)."""
     from .training import train_model
 
+    if raw_tokens and model != "attention":
+        raise typer.BadParameter("--raw-tokens applies to --model attention only")
     hp = {} if task_relative is None else {"task_relative": task_relative}
+    if model == "attention" and (task_relative is False or raw_tokens):
+        hp["token_relative"] = False
     s = train_model(dataset, split, model, out, epochs=epochs, device=device, seed=seed, progress=not json_out,
                     balance_hardware=balance_hardware, **hp)
     _print_json(s) if json_out else typer.echo(f"model {model} -> {out}: valid {s.get('valid')}")

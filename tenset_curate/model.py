@@ -75,6 +75,16 @@ Within-task features (``task_relative``, on by default for attention and GBDT, o
     Directories saved before the option existed load with it off (``_legacy_hparams``) and predict as before.
     ``predict`` needs ``task_ids`` (or ``flat_rel``) for such a model.
 
+Tokens centred within the task (``token_relative``, attention only, on by default)
+    The same idea one level down: every schedule token is given twice, as it is and minus the mean token of its task
+    at the same position (``features.task_centred_tokens``; ``data["tok_rel"]`` from ``training.arrays`` over the
+    task's whole record set, else from the records given together, grouped by ``task_ids``). The attention layers
+    then see which steps of a program differ from its task's other candidates, not only the flat summary of that
+    difference. Measured on the transfer splits (``benchmarks/attention_variants.py``, seed 0, 24 epochs; PCA /
+    top-1 / top-5): K80 -> MI50 zero-shot 0.743 / 0.792 / 0.911 -> 0.754 / 0.824 / 0.907; depthwise held out
+    0.597 / 0.633 / 0.785 -> 0.645 / 0.751 / 0.833 (random top-1 0.653). Directories saved before it existed load
+    with it off.
+
 Reproducibility
     ``seed`` seeds torch (``torch.manual_seed``) and the numpy batch sampler;
     ``deterministic=True`` turns on ``torch.use_deterministic_algorithms`` (warn-only, restored
@@ -129,6 +139,24 @@ class ModelMismatchError(ModelLoadError):
 # ============================================================================================
 # data helpers
 # ============================================================================================
+def _within_task(data: dict, key: str, x: np.ndarray, compute, what: str) -> np.ndarray:
+    """``data[key]`` (within-task values the caller computed over whole tasks) checked against ``x``, else
+    ``compute(x, task_ids)`` over the records given, grouped by ``data["task_ids"]``."""
+    rel = data.get(key)
+    if rel is not None:
+        rel = np.asarray(rel, np.float32)
+        if rel.shape != x.shape:
+            raise ValueError(f"{key} has shape {rel.shape}, expected {x.shape}")
+        return rel
+    if data.get("task_ids") is None:
+        raise ValueError(f"this model {what}: predict needs 'task_ids' (the task of each record; all zeros for "
+                         "candidates of one task)")
+    t = _as(data, "task_ids", np.int64, 1)
+    if len(t) != len(x):
+        raise ValueError(f"task_ids has {len(t)} entries for {len(x)} records")
+    return compute(x, t)
+
+
 def task_relative_inputs(data: dict, flat: np.ndarray) -> np.ndarray:
     """``[flat, within-task standardised flat]`` for a model with ``task_relative``. The task statistics come from
     ``data["flat_rel"]`` when the caller computed them over more of each task's records than it scores (``training
@@ -139,20 +167,19 @@ def task_relative_inputs(data: dict, flat: np.ndarray) -> np.ndarray:
     from .features import task_relative
 
     flat = np.asarray(flat, np.float32)
-    rel = data.get("flat_rel")
-    if rel is not None:
-        rel = np.asarray(rel, np.float32)
-        if rel.shape != flat.shape:
-            raise ValueError(f"flat_rel has shape {rel.shape}, flat {flat.shape}")
-    else:
-        if data.get("task_ids") is None:
-            raise ValueError("this model standardises features within tasks (task_relative=True): predict needs "
-                             "'task_ids' (the task of each record; all zeros for candidates of one task)")
-        t = _as(data, "task_ids", np.int64, 1)
-        if len(t) != len(flat):
-            raise ValueError(f"task_ids has {len(t)} entries for {len(flat)} records")
-        rel = task_relative(flat, t)
+    rel = _within_task(data, "flat_rel", flat, task_relative,
+                       "standardises features within tasks (task_relative=True)")
     return np.concatenate([flat, rel], axis=1)
+
+
+def token_relative_inputs(data: dict, tokens: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """The tokens centred within their task (``features.task_centred_tokens``) for an attention model with
+    ``token_relative``: from ``data["tok_rel"]`` when the caller computed them over a task's whole record set
+    (``training.arrays``), else from the records given, grouped by ``data["task_ids"]``."""
+    from .features import task_centred_tokens
+
+    return _within_task(data, "tok_rel", tokens, lambda x, t: task_centred_tokens(x, mask, t),
+                        "centres tokens within tasks (token_relative=True)")
 
 
 def _as(data: dict, key: str, dtype, ndim: int, required: bool = True):
@@ -841,9 +868,9 @@ class AttentionRanker(_TorchRanker):
         d_model=32, n_heads=2, n_layers=1, ff_mult=2, dropout=0.0, head_hidden=64,
         use_flat=True, input_clip=20.0, lr=5e-3, epochs=30, patch=4, attn_impl="math",
         loss="ranknet+lambdarank", tasks_per_batch=16, records_per_task=32, infer_batch_size=4096,
-        task_relative=True,
+        task_relative=True, token_relative=True,
     )
-    _legacy_hparams = dict(patch=1, attn_impl="sdpa", task_relative=False)
+    _legacy_hparams = dict(patch=1, attn_impl="sdpa", task_relative=False, token_relative=False)
 
     def _feature_arrays(self, data: dict) -> dict:
         tokens = _as(data, "tokens", np.float32, 3)
@@ -858,6 +885,8 @@ class AttentionRanker(_TorchRanker):
         # effective length of each record = last real token + 1 (tokens may be right-padded)
         last = np.where(mask.any(axis=1), mask.shape[1] - np.argmax(mask[:, ::-1], axis=1), 1)
         arrays = {"tokens": tokens, "mask": mask, "flat": flat, "_len": last.astype(np.int64)}
+        if self.hparams["token_relative"]:
+            arrays["tok_rel"] = token_relative_inputs(data, tokens, mask)
         _n_records(arrays)
         return arrays
 
@@ -871,22 +900,37 @@ class AttentionRanker(_TorchRanker):
         # in _net_inputs); token and flat widths must match
         super()._check_dims({k: v for k, v in dims.items() if k != "max_len"})
 
+    def _net_dims(self) -> dict:
+        d = super()._net_dims()
+        if self.hparams["token_relative"]:
+            d["token_dim"] = 2 * d["token_dim"]
+        return d
+
     def _build_net(self):
         return _build_attention_net(self._net_dims(), self.hparams)
+
+    def _tokens(self, arrays: dict, rows, lmax: int) -> np.ndarray:
+        """The token vectors the network sees for ``rows`` (cropped to ``lmax``): the raw tokens, followed
+        (``token_relative``) by the same tokens centred within their task."""
+        tok = arrays["tokens"][rows, :lmax]
+        if "tok_rel" not in arrays:
+            return tok
+        return np.concatenate([tok, arrays["tok_rel"][rows, :lmax]], axis=2)
 
     def _init_normalizer(self, net, arrays: dict):
         import torch
 
         tok, mask, flat = arrays["tokens"], arrays["mask"], arrays["flat"]
+        D = net.tok_mean.shape[0]
         n_real = int(mask.sum())
         if n_real:
             # mean / std over the real tokens, in chunks of records (cropped to the longest
             # record; no float64 copy of the whole tensor)
             lmax = int(arrays["_len"].max())
-            s1 = torch.zeros(tok.shape[2], dtype=torch.float64)
-            s2 = torch.zeros(tok.shape[2], dtype=torch.float64)
+            s1 = torch.zeros(D, dtype=torch.float64)
+            s2 = torch.zeros(D, dtype=torch.float64)
             for a in range(0, len(tok), 16384):
-                x = torch.from_numpy(tok[a: a + 16384, :lmax])
+                x = torch.from_numpy(self._tokens(arrays, slice(a, a + 16384), lmax))
                 m = torch.from_numpy(mask[a: a + 16384, :lmax]).to(x.dtype)
                 s1 += torch.einsum("nl,nld->nd", m, x).double().sum(0)
                 s2 += torch.einsum("nl,nld->nd", m, x * x).double().sum(0)
@@ -913,7 +957,7 @@ class AttentionRanker(_TorchRanker):
         p = int(self.hparams["patch"])
         # round up to whole patches when the arrays are that wide (masked columns; saves a pad copy)
         Lb = min(-(-Lb // p) * p, arrays["tokens"].shape[1], max_len)
-        tok = torch.from_numpy(np.ascontiguousarray(arrays["tokens"][idx, :Lb])).to(dev)
+        tok = torch.from_numpy(np.ascontiguousarray(self._tokens(arrays, idx, Lb))).to(dev)
         mask = torch.from_numpy(np.ascontiguousarray(arrays["mask"][idx, :Lb])).to(dev)
         flat = torch.from_numpy(arrays["flat"][idx]).to(dev)
         return tok, mask, flat

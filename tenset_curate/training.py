@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from .features import FEATURE_VERSION, featurize, operator_classes, task_relative
+from .features import FEATURE_VERSION, featurize, operator_classes, task_centred_tokens, task_relative
 from .labels import with_labels
 from .prune import load_records
 
@@ -48,6 +48,7 @@ def arrays(df: pl.DataFrame) -> dict:
     # within-task statistics over every record of the task in the frame, whatever its part (features only): the
     # models with task_relative read them (model.task_relative_inputs); steadier than a test part's few records
     d["flat_rel"] = task_relative(d["flat"], d["task_ids"])
+    d["tok_rel"] = task_centred_tokens(d["tokens"], d["mask"], d["task_ids"])
     d["labels"] = df["label"].to_numpy().astype(np.float32)
     d["groups"] = {"op_class": df["op_class"].to_numpy().astype(str), "hardware": df["hardware"].to_numpy().astype(str)}
     return d
@@ -55,7 +56,7 @@ def arrays(df: pl.DataFrame) -> dict:
 
 def part_arrays(df: pl.DataFrame, part: str) -> dict:
     """``arrays`` of the records in one part, featurised with the whole frame so that the within-task statistics
-    (``flat_rel``) see every record of a task, not only this part's few."""
+    (``flat_rel``, ``tok_rel``) see every record of a task, not only this part's few."""
     return _part(arrays(df), (df["part"] == part).to_numpy())
 
 

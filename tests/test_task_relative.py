@@ -8,6 +8,9 @@
   predict exactly as before.
 - The point of it, on real logs: a GBDT trained on K80 tasks and tested zero-shot on the same tasks measured on
   MI50 picks better programs with the within-task features than with the raw ones, and beats a random pick.
+- Tokens centred within their task (``features.task_centred_tokens``, the attention ranker's ``token_relative``):
+  against a per-task, per-position reference on real tokens; padding stays 0; an attention ranker with them scores a
+  record from its task's peers only; directories saved before the option existed load with it off.
 """
 from __future__ import annotations
 
@@ -19,9 +22,9 @@ import pytest
 
 pytest.importorskip("lightgbm")
 
-from tenset_curate.features import task_relative  # noqa: E402
+from tenset_curate.features import task_centred_tokens, task_relative  # noqa: E402
 from tenset_curate.metrics import evaluate_predictions, random_topk_expectation  # noqa: E402
-from tenset_curate.model import GBDTRanker, load_model  # noqa: E402
+from tenset_curate.model import AttentionRanker, GBDTRanker, load_model  # noqa: E402
 from tenset_curate.splits import write_split  # noqa: E402
 from tenset_curate.training import _part, arrays, fit_on_frame, labelled_split  # noqa: E402
 
@@ -36,6 +39,16 @@ def two_gpus(k80_mi50_dataset):
     write_split(k80_mi50_dataset, "k80_mi50", "hardware", train_hw=["roller-k80"], test_hw=["roller-mi50"], seed=0)
     df = labelled_split(k80_mi50_dataset, "k80_mi50")
     return df, arrays(df)
+
+
+def _saved_without(model, out: Path, hparam: str):
+    """``model`` saved, its config.json stripped of ``hparam`` (a directory written before the option existed),
+    loaded back."""
+    out = model.save(out)
+    cfg = json.loads((out / "config.json").read_text())
+    del cfg["hparams"][hparam]
+    (out / "config.json").write_text(json.dumps(cfg))
+    return load_model(out)
 
 
 def _reference(flat: np.ndarray, tids: np.ndarray, eps: float = 1e-3) -> np.ndarray:
@@ -83,11 +96,7 @@ def test_scores_depend_only_on_the_records_task(two_gpus, tmp_path):
         m.predict({"flat": test["flat"]})
     # a directory written before the option existed: no task_relative in its config -> raw features, as trained
     raw, _ = fit_on_frame(df, "gbdt", seed=0, n_estimators=40, num_threads=1, task_relative=False)
-    out = raw.save(tmp_path / "old")
-    cfg = json.loads((out / "config.json").read_text())
-    del cfg["hparams"]["task_relative"]
-    (out / "config.json").write_text(json.dumps(cfg))
-    old = load_model(out)
+    old = _saved_without(raw, tmp_path / "old", "task_relative")
     assert isinstance(old, GBDTRanker) and old.hparams["task_relative"] is False
     np.testing.assert_array_equal(old.predict({"flat": test["flat"]}), raw.predict(test))
 
@@ -131,3 +140,45 @@ def test_cli_train_switch_and_evaluate(two_gpus, k80_mi50_dataset, tmp_path):
         assert ev.exit_code == 0, ev.output
         got[name] = json.loads(ev.output)
     assert got["default"]["top1"] > got["raw"]["top1"]
+
+
+def test_centred_tokens_match_a_per_task_per_position_reference(two_gpus):
+    _, d = two_gpus
+    tok, mask, tids = d["tokens"], d["mask"], d["task_ids"]
+    rel = task_centred_tokens(tok, mask, tids)
+    assert rel.shape == tok.shape and rel.dtype == np.float32
+    np.testing.assert_array_equal(rel, d["tok_rel"])  # training.arrays computes it over the whole frame
+    for t in np.unique(tids)[:4]:
+        m = tids == t
+        x, mk = tok[m].astype(np.float64), mask[m]
+        for pos in (0, 3, int(mk.sum(1).max()) - 1):
+            real = mk[:, pos]
+            ref = x[real, pos] - x[real, pos].mean(0)
+            np.testing.assert_allclose(rel[m][real, pos], ref, atol=1e-4)
+            assert np.all(rel[m][~real, pos] == 0)  # padding stays 0
+    # something varies within tasks (else the feature would carry nothing), and order does not matter
+    assert np.abs(rel).max() > 0.5
+    perm = np.random.default_rng(1).permutation(len(tok))
+    np.testing.assert_allclose(task_centred_tokens(tok[perm], mask[perm], tids[perm]), rel[perm], rtol=1e-6, atol=1e-6)
+
+
+def test_attention_with_centred_tokens_scores_from_the_task_only(two_gpus, tmp_path):
+    df, d = two_gpus
+    part = df["part"].to_numpy()
+    m, _ = fit_on_frame(df, "attention", seed=0, epochs=2, num_threads=1)
+    assert m.hparams["token_relative"] is True and m.input_dims["token_dim"] == d["tokens"].shape[2]
+    assert m.net.tok_mean.shape[0] == 2 * d["tokens"].shape[2]  # raw tokens + centred ones
+    test = _part(d, part == "test")
+    own = {k: v for k, v in test.items() if k not in ("flat_rel", "tok_rel")}  # statistics from the records given
+    mixed = m.predict(own)
+    tids = test["task_ids"]
+    for t in np.unique(tids)[:3]:
+        np.testing.assert_allclose(m.predict(_part(own, tids == t)), mixed[tids == t], rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="task_ids"):
+        m.predict({"tokens": test["tokens"], "mask": test["mask"], "flat": test["flat"], "flat_rel": test["flat_rel"]})
+    # a directory written before token_relative existed (session 5: task_relative only) loads without it
+    old_kind, _ = fit_on_frame(df, "attention", seed=0, epochs=2, num_threads=1, token_relative=False)
+    old = _saved_without(old_kind, tmp_path / "old", "token_relative")
+    assert isinstance(old, AttentionRanker) and old.hparams["token_relative"] is False
+    assert old.hparams["task_relative"] is True
+    np.testing.assert_array_equal(old.predict(test), old_kind.predict(test))
