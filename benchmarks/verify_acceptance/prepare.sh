@@ -1,0 +1,24 @@
+#!/bin/bash
+# Data and models of the verifier's acceptance run (reports/verify.md), from the repository root:
+#
+#     bash benchmarks/verify_acceptance/prepare.sh
+#     python -m tenset_curate.verifier ...        # the command printed in reports/verify.md (finished runs are reused)
+#
+# What each arm is, and the commit its pruned training set was made at, is in notes.md (the text verify.md quotes).
+# `curate prune` has changed between those commits, so the pruned sets this script makes today hold other records;
+# run it from the commit notes.md names to rebuild a given arm exactly.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+A=runs/verify-acceptance
+curate convert data/sample-cpu --out $A/ds --json
+curate splits make $A/ds --scheme within-task --name wt --seed 0 --json
+rm -rf $A/ds-pruned-v2
+curate prune $A/ds --ratio 0.45 --method hybrid --seed 0 --out $A/ds-pruned-v2 --json
+curate splits make $A/ds-pruned-v2 --scheme within-task --name wt --seed 0 --json
+for d in ds ds-pruned-v2; do
+  tag=$([ $d = ds ] && echo full || echo pruned)
+  # session 6: within-task flat features and tokens centred within the task (the defaults of curate train)
+  curate train $A/$d --split wt --model attention --out $A/models/attn-tk-$tag --seed 0 --json
+  # session 5: within-task flat features only
+  curate train $A/$d --split wt --model attention --out $A/models/attn-tr-$tag --seed 0 --json --raw-tokens
+done
