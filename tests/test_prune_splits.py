@@ -241,3 +241,33 @@ def test_analyze_a_hardware_split_on_real_logs(k80_mi50_dataset, tmp_path):
     assert shared > 100 and rows
     rho = [float(ln.rsplit("|", 2)[1]) for ln in rows]
     assert all(-1 <= r <= 1 for r in rho) and np.median(rho) > 0.5  # the same programs rank alike on both GPUs
+
+
+def test_hybrid_keeps_each_tasks_fastest_programs(pooling, monkeypatch):
+    """hybrid gives HYBRID_TOP_SHARE of a task's kept budget to its fastest valid programs before clustering: at
+    ratio 0.7 on the real pooling tasks (share raised to 0.1 so each task's top is several records), every task
+    keeps its top round(k * share) labels (k its budget beyond the best record). With the share set to 0 the clustering alone misses some of them, so the test sees the rule."""
+    from tenset_curate import prune as pr
+
+    df = with_labels(load_records(pooling))
+    df = df.filter(~pl.col("source_file").str.ends_with("again.json"))  # no re-measurements: one record each
+    tids, labels, valid = df["task_id"].to_numpy(), df["label"].to_numpy(), df["is_valid"].to_numpy()
+
+    def missed_top(share):
+        monkeypatch.setattr(pr, "HYBRID_TOP_SHARE", share)
+        keep, _ = select(df, 0.7, "hybrid", 0, 8)
+        missed = checked = 0
+        for t in np.unique(tids):
+            idx = np.flatnonzero((tids == t) & valid)
+            kept = int(keep[tids == t].sum())
+            top = int(round((kept - 1) * 0.1))
+            if top < 2:
+                continue
+            checked += 1
+            best = idx[np.argsort(-labels[idx], kind="stable")[:top]]
+            missed += int((~keep[best]).sum())
+        assert checked >= 5
+        return missed
+
+    assert missed_top(0.1) == 0
+    assert missed_top(0.0) > 0
