@@ -22,8 +22,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-import polars as pl
 
 from tenset_curate.convert import convert
 from tenset_curate.metrics import evaluate_predictions, random_topk_expectation

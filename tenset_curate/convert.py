@@ -41,7 +41,7 @@ from .readers import (
     read_ansor,
     read_metaschedule,
 )
-from .schema import QUARANTINE_SCHEMA, RECORD_SCHEMA, SCHEMA_VERSION, WORKLOAD_SCHEMA
+from .schema import RECORD_SCHEMA, SCHEMA_VERSION, WORKLOAD_SCHEMA
 from .storage import (
     AtomicParquetWriter,
     OutputError,

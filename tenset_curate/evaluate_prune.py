@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from .features import featurize, operator_classes
+from .features import featurize
 from .labels import with_labels
 from .metrics import evaluate_predictions
 from .prune import load_records, select
@@ -32,7 +32,6 @@ PROXY = dict(n_estimators=600, learning_rate=0.1, num_leaves=31, max_group_size=
 
 def _proxy_fit_eval(train: pl.DataFrame, test: pl.DataFrame, ftr: dict, fte: dict, seed: int) -> dict:
     from .model import GBDTRanker
-    from .training import _part
 
     def arr(df, f):
         gid = df.select(pl.concat_str(["hardware", "task_id"], separator="/").alias("g"))["g"]

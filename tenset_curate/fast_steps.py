@@ -30,7 +30,6 @@ whole batch; here the record is reported as malformed ("integer ... out of int64
 from __future__ import annotations
 
 import numpy as np
-import orjson
 import pyarrow as pa
 
 from .schema import STEP_TYPE

@@ -1165,7 +1165,7 @@ def verify(
     out.mkdir(parents=True, exist_ok=True)
     runs_root = Path(runs_dir) if runs_dir is not None else out / "verify-runs"
     t_start = time.time()
-    from .collect import _now, _register_x86_intrinsics_only, _write_json_atomic, detect_hardware, resolve_target
+    from .collect import _now, _register_x86_intrinsics_only, detect_hardware, resolve_target
 
     started = _now()
     extra = dict(baselines=list(baselines), target=target if isinstance(target, str) else json.dumps(target),
