@@ -815,9 +815,15 @@ PRUNED_WITHIN = 0.05  # issue #7: the pruned-data model within 5% of the full-da
 
 
 def _model_pairs(model_labels: list[str]) -> list[tuple[str, str]]:
-    """(full, pruned) arm pairs by label: ``<name>-full`` with ``<name>-pruned``."""
-    return [(a, a[: -len("-full")] + "-pruned") for a in model_labels
-            if a.endswith("-full") and a[: -len("-full")] + "-pruned" in model_labels]
+    """(full, pruned) arm pairs by label: ``<name>-full`` with ``<name>-pruned`` and with every
+    ``<name>-pruned-<tag>`` (a pruned set remade later, e.g. ``attn-pruned-v3``), in the order given."""
+    pairs = []
+    for a in model_labels:
+        if not a.endswith("-full"):
+            continue
+        stem = a[: -len("-full")] + "-pruned"
+        pairs += [(a, b) for b in model_labels if b == stem or b.startswith(stem + "-")]
+    return pairs
 
 
 def _acceptance(per_wl: list[dict], model_labels: list[str], baselines: list[str], trials: int) -> dict:
@@ -878,6 +884,8 @@ def _acceptance_md(acc: dict) -> list[str]:
     lines += ["", f"**Pruned vs full training data.** Geometric mean over workloads of the pruned-data model's mean "
               f"re-measured final latency over the full-data model's. Goal: at most {1 + PRUNED_WITHIN:.2f}.", "",
               "| pair | geomean latency ratio | per workload | within 5% |", "|---|---|---|---|"]
+    if not acc["pruned_vs_full"]:
+        lines.append("| no pair: name the arms `<name>-full` and `<name>-pruned` (or `<name>-pruned-<tag>`) | | | |")
     for p in acc["pruned_vs_full"]:
         per = ", ".join(f"{x:.3f}" for x in p["per_workload"])
         g = "n/a" if p["geomean"] is None else f"{p['geomean']:.3f}"

@@ -22,3 +22,9 @@ for d in ds ds-pruned-v2; do
   # session 5: within-task flat features only
   curate train $A/$d --split wt --model attention --out $A/models/attn-tr-$tag --seed 0 --json --raw-tokens
 done
+# session 8: the pruned set of today's `curate prune` (hybrid keeps each task's fastest programs first), for
+# reports/verify-current (notes_current.md); attn-tk-full above is its full-data twin
+rm -rf $A/ds-pruned-v3
+curate prune $A/ds --ratio 0.45 --method hybrid --seed 0 --out $A/ds-pruned-v3 --json
+curate splits make $A/ds-pruned-v3 --scheme within-task --name wt --seed 0 --json
+curate train $A/ds-pruned-v3 --split wt --model attention --out $A/models/attn-tk-pruned-v3 --seed 0 --json
