@@ -32,7 +32,10 @@
   roller-mi50 0.45: (-0.23, -1.01) -> (-0.37, 0.00) -> (-0.60, +0.68) -> 0.2: (-0.96, -0.31);
   roller-mi50 0.7: (-1.53, -1.89) -> (-1.37, -1.28) -> (-1.79, -1.26) -> 0.2: (-2.45, -1.17).
   A larger share buys top-1 with PCA (the kept set covers less of the schedule space); 0.05 is the share that
-  keeps PCA within 0.15 points of share 0 on both sets while lifting top-1 on both.
+  keeps PCA within 0.15 points of share 0 on both sets while lifting top-1 on both. Tried and dropped (session 8):
+  drawing a share of the rest at random after the k-means representatives, to keep the dense regions' density;
+  roller-mi50 at 0.45, random share 0 -> 0.25 -> 0.5: PCA -0.37 -> -0.50 -> -0.52 points, top-1 0.00 -> -1.65 ->
+  -0.72; at 0.7 PCA -1.37 -> -1.55 -> -1.75.
 
 Invariants (checked): deterministic for a seed; every (hardware, task) keeps its best valid record and at least
 ``min_keep`` records (or all it has); the achieved ratio is within 1% of the request whenever the minimums allow;
