@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import gzip
-import importlib.util
 import json
 import subprocess
 import sys

@@ -18,7 +18,6 @@ import pytest
 
 from tenset_curate import fast_steps, readers
 from tenset_curate.fast_steps import STEPS_TYPE, steps_from_json, steps_from_json_slow
-from tenset_curate.schema import STEP_TYPE
 
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import assume, given, settings  # noqa: E402

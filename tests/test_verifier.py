@@ -16,7 +16,6 @@ About 2.5 minutes on 2 shared cores (TVM import, two small trainings, 5 short tu
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
 import shutil
 from pathlib import Path
