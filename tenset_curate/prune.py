@@ -35,7 +35,9 @@
   keeps PCA within 0.15 points of share 0 on both sets while lifting top-1 on both. Tried and dropped (session 8):
   drawing a share of the rest at random after the k-means representatives, to keep the dense regions' density;
   roller-mi50 at 0.45, random share 0 -> 0.25 -> 0.5: PCA -0.37 -> -0.50 -> -0.52 points, top-1 0.00 -> -1.65 ->
-  -0.72; at 0.7 PCA -1.37 -> -1.55 -> -1.75.
+  -0.72; at 0.7 PCA -1.37 -> -1.55 -> -1.75. The label weight in k-means (``CLUSTER_LABEL_WEIGHT``) 3 -> 1.5 / 6,
+  (PCA, top-1) against full: roller-mi50 0.45 (-0.37, 0.00) -> (-0.42, +0.18) / (-0.40, -0.64), 0.7 (-1.37, -1.28)
+  -> (-1.55, -0.62) / (-1.58, -1.82); roller-k80 0.45 (-0.05, +0.06) -> 1.5: (-0.10, -0.64): 3 stays.
 
 Invariants (checked): deterministic for a seed; every (hardware, task) keeps its best valid record and at least
 ``min_keep`` records (or all it has); the achieved ratio is within 1% of the request whenever the minimums allow;
