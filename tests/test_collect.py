@@ -304,3 +304,25 @@ def test_committed_sample_database():
     # failures are stored, never dropped: they carry the 1e10 placeholder
     n_failed = sum(1 for _, r in records if any(s >= 1e9 for s in r[1]))
     assert n_failed == sum(e["n_failed"] for e in side)
+
+
+def test_committed_sample_is_the_projects_own_collection():
+    """The embedded sample was measured here (``curate collect``), not copied from ../shared/realdata: it
+    shares no tuning record and no workload with any MetaSchedule database there, and every record was
+    measured for the CPU target that its ``hardware.json`` / ``collection.json`` describe."""
+    shared = ROOT.parent / "shared" / "realdata" / "metaschedule"
+    if not SAMPLE_DIR.exists() or not shared.is_dir():
+        pytest.skip("data/sample-cpu or ../shared/realdata/metaschedule is not present")
+    mine_w, mine_r = _read_db(SAMPLE_DIR)
+    target = json.loads((SAMPLE_DIR / "collection.json").read_text())["target"]
+    assert target["kind"] == "llvm"
+    for _, rec in mine_r:
+        assert rec[2]["kind"] == "llvm" and rec[2].get("mcpu") == target["mcpu"], rec[2]
+    mine_rec = {json.dumps(rec, sort_keys=True) for _, rec in mine_r}  # the record itself, whatever its index
+    mine_hash = {h for h, _ in mine_w}
+    dbs = [p for p in shared.iterdir() if p.is_dir()]
+    assert dbs
+    for d in dbs:
+        w, r = _read_db(d)
+        assert not mine_hash & {h for h, _ in w}, d
+        assert not mine_rec & {json.dumps(rec, sort_keys=True) for _, rec in r}, d
