@@ -25,12 +25,10 @@ import time
 from pathlib import Path
 
 import tenset_curate.model as model
-from tenset_curate.convert import convert
 from tenset_curate.metrics import evaluate_predictions
-from tenset_curate.splits import write_split
-from tenset_curate.training import _part, arrays, fit_on_frame, labelled_split
+from tenset_curate.training import _part, arrays, fit_on_frame
 
-from model_splits import SPLITS
+from model_splits import SPLITS, convert_sets, split_frame
 
 
 def main(argv=None) -> None:
@@ -42,17 +40,11 @@ def main(argv=None) -> None:
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
     ap.add_argument("--epochs", type=int, default=24)
     a = ap.parse_args(argv)
-    real, work = Path(a.realdata) / "ansor", Path(a.work)
-    ds = {"k80": work / "k80", "gpu": work / "gpu"}
-    convert([real / "roller-k80"], ds["k80"], workers=2)
-    convert([real / "roller-k80", real / "roller-mi50"], ds["gpu"], workers=2)
+    ds = convert_sets(a.realdata, a.work)
     default_loss = model._LOSSES["ranknet+lambdarank"]
     try:
         for name in a.splits:
-            which, kw = SPLITS[name]
-            kw = dict(kw)
-            write_split(ds[which], name, kw.pop("scheme"), **kw)
-            df = labelled_split(ds[which], name)
+            df = split_frame(ds, name)
             test = _part(arrays(df), df["part"].to_numpy() == "test")
             for w in a.weights:
                 model._LOSSES["ranknet+lambdarank"] = functools.partial(model.ranknet_lambdarank_loss, weight=w)

@@ -37,6 +37,23 @@ SPLITS = {
 }
 
 
+def convert_sets(realdata: str | Path, work: str | Path) -> dict[str, Path]:
+    """The two converted datasets the splits read (cached: an unchanged convert does nothing)."""
+    real, work = Path(realdata) / "ansor", Path(work)
+    ds = {"k80": work / "k80", "gpu": work / "gpu"}
+    convert([real / "roller-k80"], ds["k80"], workers=2)
+    convert([real / "roller-k80", real / "roller-mi50"], ds["gpu"], workers=2)
+    return ds
+
+
+def split_frame(ds: dict[str, Path], name: str):
+    """Write split ``name`` of ``SPLITS`` into its dataset and return the labelled records with their part."""
+    which, kw = SPLITS[name]
+    kw = dict(kw)
+    write_split(ds[which], name, kw.pop("scheme"), **kw)
+    return labelled_split(ds[which], name)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--realdata", default=str(Path(__file__).resolve().parents[2] / "shared" / "realdata"))
@@ -48,15 +65,10 @@ def main(argv=None):
     ap.add_argument("--merge", action="store_true",
                     help="keep the rows of --out's JSON for the (split, model) pairs this run does not train")
     a = ap.parse_args(argv)
-    work, real = Path(a.work), Path(a.realdata) / "ansor"
-    ds = {"k80": work / "k80", "gpu": work / "gpu"}
-    convert([real / "roller-k80"], ds["k80"], workers=2)
-    convert([real / "roller-k80", real / "roller-mi50"], ds["gpu"], workers=2)
+    ds = convert_sets(a.realdata, a.work)
     rows = []
     for name in a.splits:
-        which, kw = SPLITS[name]
-        write_split(ds[which], name, kw.pop("scheme"), **kw)
-        df = labelled_split(ds[which], name)
+        df = split_frame(ds, name)
         d = arrays(df)
         part = df["part"].to_numpy()
         test = _part(d, part == "test")

@@ -143,7 +143,7 @@ def test_pruned_full_pairs_on_a_real_run():
     assert V._model_pairs(["a-full", "a-pruned", "a-pruned-v3", "b-full", "c-pruned", "a-fuller"]) == [
         ("a-full", "a-pruned"), ("a-full", "a-pruned-v3")]
     assert V._model_pairs(["a-full", "a-prunedx"]) == []
-    res = json.loads((Path(__file__).resolve().parents[1] / "reports/verify-current/verify.json").read_text())
+    res = json.loads((ROOT / "reports/verify-current/verify.json").read_text())
     labels = [m["label"] for m in res["models"]]
     acc = V._acceptance(res["workloads"], labels, res["baselines"], res["settings"]["trials"])
     (pair,) = acc["pruned_vs_full"]
