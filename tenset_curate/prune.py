@@ -38,6 +38,14 @@
   -0.72; at 0.7 PCA -1.37 -> -1.55 -> -1.75. The label weight in k-means (``CLUSTER_LABEL_WEIGHT``) 3 -> 1.5 / 6,
   (PCA, top-1) against full: roller-mi50 0.45 (-0.37, 0.00) -> (-0.42, +0.18) / (-0.40, -0.64), 0.7 (-1.37, -1.28)
   -> (-1.55, -0.62) / (-1.58, -1.82); roller-k80 0.45 (-0.05, +0.06) -> 1.5: (-0.10, -0.64): 3 stays.
+  Tried in session 9 (``benchmarks/prune_sweep.py --set NAME=VALUE``): the kept budget per task in proportion to
+  pool size**p (``HYBRID_ALLOCATION_POWER``; p < 1 moves budget from large tasks to small ones, on the idea that
+  a large task's records repeat each other more) and a smaller top share. (PCA, top-1) against full, p 1 -> 0.75 -> 0.5:
+  roller-mi50 0.45 (-0.37, 0.00) -> (-0.27, +0.28) -> (-0.35, -0.51); 0.7 (-1.37, -1.28) -> (-1.40, -1.40) ->
+  (-1.20, -1.68); roller-k80 0.45 (-0.05, +0.06) -> 0.75: (-0.10, -0.20); 0.7 (-0.94, -0.95) -> (-1.05, -0.20).
+  p = 0.75 meets MI50's 0.45 bar and loses K80's two (top-1 at 0.45, PCA at 0.7), so p stays 1 (every other
+  method, the random control above all, always allocates in proportion). Top share 0.02 on roller-mi50: 0.45
+  (-0.24, -0.66), 0.7 (-1.46, -1.39).
 
 Invariants (checked): deterministic for a seed; every (hardware, task) keeps its best valid record and at least
 ``min_keep`` records (or all it has); the achieved ratio is within 1% of the request whenever the minimums allow;
@@ -71,6 +79,7 @@ from .schema import RECORD_SCHEMA
 METHODS = ["redundancy", "cluster", "importance", "hybrid", "random"]
 HYBRID_IMPORTANCE_SHARE = 0.0  # see the module docstring: importance picks hurt the proxy on real data
 HYBRID_TOP_SHARE = 0.05  # share of a task's kept budget given to its fastest programs first (module docstring)
+HYBRID_ALLOCATION_POWER = 1.0  # hybrid: kept records per task proportional to size**power (module docstring)
 CLUSTER_LABEL_WEIGHT = 3.0  # the label's weight among the standardised k-means coordinates (module docstring)
 CLUSTER_BLOCK = 1000  # a task's pool is clustered in random blocks of at most this many records (linear cost)
 UNIT_RECORDS = 20_000  # records per processing unit (whole tasks): bounds prune's memory whatever the input size
@@ -110,13 +119,16 @@ def dedup_keys(tokens: np.ndarray, mask: np.ndarray, groups: np.ndarray) -> np.n
     return keys
 
 
-def allocate(sizes: np.ndarray, keep_total: int, min_keep: int) -> np.ndarray:
+def allocate(sizes: np.ndarray, keep_total: int, min_keep: int, power: float = 1.0) -> np.ndarray:
     """Records to keep per group: proportional to size, at least min(size, min_keep), summing to keep_total
-    (largest remainder) whenever the minimums allow."""
+    (largest remainder) whenever the minimums allow. With ``power`` p != 1 the kept count is proportional to
+    size**p instead (capped at the size, water-filled)."""
     sizes = sizes.astype(np.int64)
     floor = np.minimum(sizes, min_keep)
     if keep_total <= floor.sum():
         return floor
+    if power != 1.0:
+        return _allocate_power(sizes, floor, keep_total, power)
     spare = keep_total - floor.sum()
     room = sizes - floor
     if room.sum() == 0:
@@ -133,6 +145,30 @@ def allocate(sizes: np.ndarray, keep_total: int, min_keep: int) -> np.ndarray:
             base[i] += 1
             left -= 1
     return floor + base
+
+
+def _allocate_power(sizes: np.ndarray, floor: np.ndarray, keep_total: int, power: float) -> np.ndarray:
+    keep_total = min(int(keep_total), int(sizes.sum()))
+    w = sizes.astype(np.float64) ** power
+    lo, hi = 0.0, float(sizes.max() / max(w[sizes > 0].min(), 1e-12)) + 1.0
+    for _ in range(100):
+        c = (lo + hi) / 2
+        if np.clip(c * w, floor, sizes).sum() < keep_total:
+            lo = c
+        else:
+            hi = c
+    t = np.clip(hi * w, floor, sizes)
+    base = np.floor(t).astype(np.int64)
+    left = keep_total - int(base.sum())
+    frac = t - base
+    order = np.lexsort((np.arange(len(sizes)), -frac))
+    for i in order:
+        if left <= 0:
+            break
+        if base[i] < sizes[i]:
+            base[i] += 1
+            left -= 1
+    return base
 
 
 NEAREST_CANDIDATES = 16  # points per centre ordered up front for the nearest-unpicked resolution
@@ -392,12 +428,18 @@ def select_unit(unit: dict, alloc: np.ndarray, method: str, seed: int) -> np.nda
     return keep
 
 
+def allocation_power(method: str) -> float:
+    """The exponent of ``allocate`` for a method: ``hybrid`` its tuned ``HYBRID_ALLOCATION_POWER``, every other
+    method (the random control above all) keeps records in proportion to the task's pool."""
+    return HYBRID_ALLOCATION_POWER if method == "hybrid" else 1.0
+
+
 def global_allocation(group_keys: list[tuple[str, str]], counts: np.ndarray, keep_total: int,
-                      min_keep: int) -> np.ndarray:
+                      min_keep: int, power: float = 1.0) -> np.ndarray:
     """``allocate`` over all groups of a dataset taken in (hardware, task_id) order, whatever order (units,
     workers) they arrived in; returned in the order given."""
     order = sorted(range(len(group_keys)), key=lambda i: group_keys[i])
-    alloc_sorted = allocate(np.asarray(counts, np.int64)[order], keep_total, min_keep)
+    alloc_sorted = allocate(np.asarray(counts, np.int64)[order], keep_total, min_keep, power)
     alloc = np.empty(len(order), np.int64)
     alloc[order] = alloc_sorted
     return alloc
@@ -413,7 +455,7 @@ def select(df: pl.DataFrame, ratio: float, method: str = "hybrid", seed: int = 0
     _check_args(ratio, method)
     unit = prepare_unit(df, method, seed, feats)
     keep_total = int(round(df.height * (1 - ratio)))
-    alloc = global_allocation(unit["group_keys"], pool_counts(unit), keep_total, min_keep)
+    alloc = global_allocation(unit["group_keys"], pool_counts(unit), keep_total, min_keep, allocation_power(method))
     keep = select_unit(unit, alloc, method, seed)
     return keep, {**unit["info"], "merge_keys": unit["arrays"].get("merge_keys")}
 
@@ -607,7 +649,7 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
                 n = sum(r["records"] for r in first)
                 alloc = global_allocation(keys, np.concatenate([np.asarray(r["counts"], np.int64) for r in first])
                                           if first else np.zeros(0, np.int64), int(round(n * (1 - ratio))),
-                                          min_keep)
+                                          min_keep, allocation_power(method))
                 at = 0
                 for it, r in zip(items, first):
                     it["group_keys"], it["alloc"] = r["group_keys"], alloc[at:at + len(r["group_keys"])].tolist()

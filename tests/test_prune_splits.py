@@ -40,6 +40,35 @@ def test_allocate_sums_exactly_and_respects_minimums():
     assert a.sum() == 700 and (a <= sizes).all() and (a >= np.minimum(sizes, 8)).all()
 
 
+@pytest.mark.parametrize("power", [0.5, 0.75, 1.5])
+def test_allocate_with_a_power_keeps_the_same_invariants(power):
+    sizes = np.array([2000, 1000, 1000, 70, 12, 3, 0])
+    for total in (5, 40, 700, 2500, 4085, 5000):
+        a = allocate(sizes, total, 8, power)
+        assert (a <= sizes).all() and (a >= np.minimum(sizes, 8)).all()
+        assert a.sum() == max(min(total, sizes.sum()), np.minimum(sizes, 8).sum())
+        uncapped = (a > np.minimum(sizes, 8)) & (a < sizes)
+        share = a[uncapped] / sizes[uncapped].astype(float) ** power  # kept ~ size**power where not capped
+        assert share.size < 2 or share.max() - share.min() <= 1.0 / sizes[uncapped].astype(float).min() ** power
+    # below 1, a large task gives up a larger share than a small one; above 1, a smaller share
+    a, b = allocate(sizes, 1500, 8, power), allocate(sizes, 1500, 8)
+    assert (a[0] < b[0]) if power < 1 else (a[0] > b[0])
+
+
+def test_allocation_power_moves_hybrids_budget_but_never_the_random_control(pooling, monkeypatch):
+    import tenset_curate.prune as pr
+
+    df = with_labels(load_records(pooling))
+    before = {m: select(df, 0.45, m, seed=1, min_keep=8)[0] for m in ("hybrid", "random")}
+    monkeypatch.setattr(pr, "HYBRID_ALLOCATION_POWER", 0.5)
+    after = {m: select(df, 0.45, m, seed=1, min_keep=8)[0] for m in ("hybrid", "random")}
+    assert (before["random"] == after["random"]).all()
+    t = df["task_id"].to_numpy()
+    per_task = lambda keep: np.unique(t[keep], return_counts=True)[1]  # noqa: E731
+    assert not np.array_equal(per_task(before["hybrid"]), per_task(after["hybrid"]))
+    assert after["hybrid"].sum() == before["hybrid"].sum()
+
+
 @pytest.mark.parametrize("method", [m for m in METHODS])
 def test_prune_invariants(pooling, method):
     df = with_labels(load_records(pooling))

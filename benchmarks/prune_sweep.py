@@ -1,0 +1,66 @@
+"""Experiment: one setting of hybrid's tuning constants against full data (and random), the way prune.py's
+docstring reports its sweeps.
+
+    python benchmarks/prune_sweep.py --logs ../shared/realdata/ansor/roller-mi50 --work /tmp/tc-bench-prune-mi50 \
+        --set HYBRID_ALLOCATION_POWER=0.75 --ratios 0.45 0.7 --methods hybrid random
+
+Converts the logs (cached under --work, the same cache as ``benchmarks/prune.py``), sets each ``--set NAME=VALUE``
+on ``tenset_curate.prune`` (only the constants that exist there), runs ``evaluate_methods`` (the fixed LightGBM
+proxy on full and on pruned training data, the same test split per seed) and prints one JSON line per (method,
+ratio): mean PCA and top-1 against full data in points, and, when ``random`` is among the methods, the paired
+margin over random with the sd of the paired difference.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+
+import tenset_curate.prune as prune
+from tenset_curate.convert import convert
+from tenset_curate.evaluate_prune import evaluate_methods
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--logs", nargs="+", default=["../shared/realdata/ansor/roller-k80"])
+    ap.add_argument("--work", default="/tmp/tc-bench-prune")
+    ap.add_argument("--set", nargs="*", default=[], metavar="NAME=VALUE", dest="consts")
+    ap.add_argument("--ratios", nargs="+", type=float, default=[0.45, 0.7])
+    ap.add_argument("--methods", nargs="+", default=["hybrid"])
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    a = ap.parse_args(argv)
+    consts = {}
+    for item in a.consts:
+        name, value = item.split("=", 1)
+        if not name.isupper() or not hasattr(prune, name):
+            raise SystemExit(f"--set {name}: tenset_curate.prune has no such constant")
+        consts[name] = type(getattr(prune, name))(json.loads(value))
+    ds = Path(a.work) / "dataset"
+    convert(a.logs, ds, workers=2)
+    saved = {k: getattr(prune, k) for k in consts}
+    try:
+        for k, v in consts.items():
+            setattr(prune, k, v)
+        rows = evaluate_methods(ds, a.ratios, a.methods, a.seeds)
+    finally:
+        for k, v in saved.items():
+            setattr(prune, k, v)
+    by = {(r["method"], r["ratio"], r["seed"]): r for r in rows}
+    for m in a.methods:
+        for ratio in a.ratios:
+            out = {"logs": a.logs, "set": consts, "method": m, "ratio": ratio}
+            for metric in ("pca", "top1"):
+                d = np.array([by[(m, ratio, s)][metric] - by[("full", 0.0, s)][metric] for s in a.seeds])
+                out[f"{metric}_vs_full_points"] = round(float(d.mean()) * 100, 2)
+                if "random" in a.methods and m != "random":
+                    p = np.array([by[(m, ratio, s)][metric] - by[("random", ratio, s)][metric] for s in a.seeds])
+                    out[f"{metric}_vs_random_points"] = round(float(p.mean()) * 100, 2)
+                    out[f"{metric}_vs_random_paired_sd"] = round(float(p.std(ddof=1)) * 100, 2) if p.size > 1 else None
+            print(json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main()
