@@ -1,59 +1,81 @@
-"""Experiment (not the product's default yet): attention variants on the transfer splits of benchmarks/model_splits.py.
+"""Experiment (not the product's default): model input variants on the transfer splits of benchmarks/model_splits.py.
 
-    python benchmarks/attention_variants.py SPLIT VARIANT     # SPLIT: k80_mi50 | no_depthwise | k80_mi50_fs10
+    python benchmarks/attention_variants.py SPLIT VARIANT [--model attention|gbdt] [--seed S]
+    # SPLIT: k80_mi50 | no_depthwise | k80_mi50_fs10 (| within_k80);  VARIANT: default | relonly | hw
 
-Needs the converted GPU dataset and splits that ``python benchmarks/model_splits.py`` leaves under
-/tmp/tc-bench-model-splits/gpu. VARIANT ``default``, ``relonly``: the flat features only as standardised within the task (no raw
-ones); ``tokrel``: the tokens plus the tokens centred within the task (per position and dimension, over the task's
-real tokens). Measured (seed 0, 24 epochs, one thread; PCA / top-1 / top-5), against the default
-(raw + within-task flat features): k80_mi50 0.743/0.792/0.911 -> relonly 0.742/0.768/0.901, tokrel 0.754/0.824/0.907;
-no_depthwise 0.597/0.633/0.785 -> relonly 0.605/0.687/0.810, tokrel 0.645/0.751/0.833 (random top-1 0.653).
+Needs the converted datasets and splits that ``python benchmarks/model_splits.py`` leaves under
+/tmp/tc-bench-model-splits. 24 epochs, one thread; prints PCA / top-1 / top-5 on the test part as one JSON line.
+
+- ``relonly``: the flat features only as standardised within the task (no raw ones). Measured before the tokens were
+  centred within the task (seed 0; PCA / top-1 / top-5): k80_mi50 0.743/0.792/0.911 -> 0.742/0.768/0.901;
+  no_depthwise 0.597/0.633/0.785 -> 0.605/0.687/0.810. The variant ``tokrel`` measured then (tokens plus the tokens
+  centred within the task: k80_mi50 0.754/0.824/0.907, no_depthwise 0.645/0.751/0.833) became the default
+  (``features.task_centred_tokens``, ``token_relative``).
+- ``hw`` (session 9): the hardware a record was measured on as flat features, log2(1 + value) of ``HW_COLUMNS``
+  (Ansor's HardwareParams and the target's max_num_threads; constant within a task, so they act only through
+  interactions). Seed 0 unless said, against the default:
+  k80_mi50_fs10 attention 0.831/0.909/0.956 -> 0.844/0.929/0.966, GBDT 0.794/0.919/0.965 -> 0.794/0.937/0.962;
+  no_depthwise attention 0.660/0.789/0.863 -> 0.648/0.755/0.831, seed 1 0.640/0.738/0.841 -> 0.564/0.519/0.781;
+  k80_mi50 (one hardware trains: the columns are constant and the model ignores them) 0.759/0.857/0.911 ->
+  0.760/0.844/0.915. Hardware inputs help when the test hardware is among the training hardware (few-shot: +2
+  top-1 points for both models, so GBDT still leads top-1) and hurt badly when an operator is held out (the model
+  fits per-hardware habits of the training operators), so they are not in the product's features.
 """
 from __future__ import annotations
 
+import argparse
+import json
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 
-from tenset_curate.metrics import evaluate_predictions, task_slices
+from tenset_curate.metrics import evaluate_predictions
 from tenset_curate.training import _part, arrays, balanced_rows, labelled_split, make_model
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from model_splits import SPLITS  # noqa: E402
 
-def task_centred_tokens(tok: np.ndarray, mask: np.ndarray, tid: np.ndarray) -> np.ndarray:
-    order, _, starts, counts = task_slices(tid)
-    rel = np.zeros_like(tok)
-    for s0, c in zip(starts, counts):
-        idx = order[s0:s0 + c]
-        m = mask[idx][:, :, None].astype(np.float32)
-        mu = (tok[idx] * m).sum(0) / np.maximum(m.sum(0), 1)
-        rel[idx] = (tok[idx] - mu[None]) * m
-    return rel
+HW_COLUMNS = ["hw_max_shared_memory_per_block", "hw_max_threads_per_block", "hw_max_vthread_extent", "hw_warp_size",
+              "target_max_num_threads", "hw_vector_unit_bytes", "hw_cache_line_bytes"]
 
 
-def main(split: str, variant: str) -> None:
-    df = labelled_split(Path("/tmp/tc-bench-model-splits/gpu"), split)
+def hardware_columns(df: pl.DataFrame) -> np.ndarray:
+    """log2(1 + value) of ``HW_COLUMNS`` per record (null or negative: 0)."""
+    return np.stack([np.log2(1 + np.clip(df[c].fill_null(0).to_numpy().astype(np.float64), 0, None))
+                     for c in HW_COLUMNS], axis=1).astype(np.float32)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("split", choices=list(SPLITS))
+    ap.add_argument("variant", choices=["default", "relonly", "hw"])
+    ap.add_argument("--model", choices=["attention", "gbdt"], default="attention")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--work", default="/tmp/tc-bench-model-splits")
+    a = ap.parse_args(argv)
+    df = labelled_split(Path(a.work) / SPLITS[a.split][0], a.split)
     d = arrays(df)
     part = df["part"].to_numpy()
-    hp = dict(num_threads=1)
-    if variant == "relonly":
+    hp = dict(num_threads=1) if a.model == "attention" else {}
+    if a.variant == "relonly":
         d = dict(d, flat=d.pop("flat_rel"))
         hp["task_relative"] = False
-    elif variant == "tokrel":
-        d = dict(d, tokens=np.concatenate([d["tokens"], task_centred_tokens(d["tokens"], d["mask"], d["task_ids"])],
-                                          axis=2))
-    elif variant != "default":
-        raise SystemExit(f"unknown variant {variant!r}")
-    m = make_model("attention", 0, 24, "cpu", False, **hp)
+    elif a.variant == "hw":
+        hw = hardware_columns(df)  # constant within a task: its within-task standardised value is 0
+        d = dict(d, flat=np.concatenate([d["flat"], hw], 1), flat_rel=np.concatenate([d["flat_rel"], 0 * hw], 1))
+    m = make_model(a.model, a.seed, 24, "cpu", False, **hp)
     rows = balanced_rows(np.flatnonzero(part == "train"), d["groups"]["hardware"])
     t0 = time.time()
     m.fit(_part(d, rows), _part(d, part == "valid") if (part == "valid").any() else None)
     t = _part(d, part == "test")
     r = evaluate_predictions(t["task_ids"], t["labels"], m.predict(t))
-    print(split, variant, {k: round(float(r[k]), 4) for k in ("pca", "top1", "top5")}, round(time.time() - t0),
-          flush=True)
+    print(json.dumps({"split": a.split, "variant": a.variant, "model": a.model, "seed": a.seed,
+                      **{k: round(float(r[k]), 4) for k in ("pca", "top1", "top5")},
+                      "seconds": round(time.time() - t0)}), flush=True)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main()

@@ -947,7 +947,10 @@ class AttentionRanker(_TorchRanker):
         if flat.shape[1] and len(flat):
             f = flat.astype(np.float64)
             mu, sd = f.mean(0), f.std(0)
-            sd[sd < 1e-6] = 1.0
+            # a flat feature constant over the training records (the hardware features when one hardware trains)
+            # taught the network nothing, so it reads 0 whatever the value at inference: its input weights are
+            # still their random initialisation, and another hardware's value would shift every score by noise
+            sd[sd < 1e-6] = np.inf
             net.flat_mean.copy_(torch.from_numpy(mu.astype(np.float32)))
             net.flat_std.copy_(torch.from_numpy(sd.astype(np.float32)))
 

@@ -194,6 +194,30 @@ def test_attention_without_flat_features_and_ranknet(real_splits):
     assert np.all(np.isfinite(m.predict({k: v for k, v in test.items() if k != "flat"})))
 
 
+def test_attention_ignores_a_flat_feature_that_was_constant_in_training(real_splits, tmp_path):
+    """A flat feature that never varied over the training records taught the network nothing (its input weights
+    kept their random initialisation), so another value at inference (another hardware's, an unseen operator's)
+    must not move any score; a feature that varied still does. Also after a save/load round trip."""
+    train, _, test = real_splits
+    j = 0
+    train = dict(train, flat=train["flat"].copy())
+    train["flat"][:, j] = 3.0
+    m = AttentionRanker(epochs=1, num_threads=1, progress=False, task_relative=False).fit(train)
+    at = lambda v: m.predict(dict(test, flat=np.where(np.arange(test["flat"].shape[1]) == j, v,  # noqa: E731
+                                                    test["flat"]).astype(np.float32)))
+    base = at(3.0)
+    np.testing.assert_array_equal(base, at(7.5))
+    np.testing.assert_array_equal(base, at(-100.0))
+    k = int(np.argmax(train["flat"].std(0)))  # a feature that varies in training moves the scores
+    moved = test["flat"].copy()
+    moved[:, k] += 5 * train["flat"][:, k].std()
+    assert not np.allclose(base, m.predict(dict(test, flat=moved)))
+    m.save(tmp_path / "m")
+    again = load_model(tmp_path / "m")
+    np.testing.assert_array_equal(again.predict(dict(test, flat=np.where(
+        np.arange(test["flat"].shape[1]) == j, 7.5, test["flat"]).astype(np.float32))), base)
+
+
 # ------------------------------------------------------------------------------------------
 # persistence and refusal
 # ------------------------------------------------------------------------------------------
