@@ -125,32 +125,21 @@ def allocate(sizes: np.ndarray, keep_total: int, min_keep: int, power: float = 1
     size**p instead (capped at the size, water-filled)."""
     sizes = sizes.astype(np.int64)
     floor = np.minimum(sizes, min_keep)
-    if keep_total <= floor.sum():
+    if keep_total <= floor.sum() or (sizes - floor).sum() == 0:
         return floor
     if power != 1.0:
         return _allocate_power(sizes, floor, keep_total, power)
     spare = keep_total - floor.sum()
     room = sizes - floor
-    if room.sum() == 0:
-        return floor
     share = spare * room / room.sum()
     base = np.minimum(np.floor(share).astype(np.int64), room)
-    left = spare - base.sum()
-    frac = share - base
-    order = np.lexsort((np.arange(len(sizes)), -frac))
-    for i in order:
-        if left <= 0:
-            break
-        if base[i] < room[i]:
-            base[i] += 1
-            left -= 1
-    return floor + base
+    return floor + _add_largest_remainders(base, spare - base.sum(), share - base, room)
 
 
 def _allocate_power(sizes: np.ndarray, floor: np.ndarray, keep_total: int, power: float) -> np.ndarray:
     keep_total = min(int(keep_total), int(sizes.sum()))
     w = sizes.astype(np.float64) ** power
-    lo, hi = 0.0, float(sizes.max() / max(w[sizes > 0].min(), 1e-12)) + 1.0
+    lo, hi = 0.0, float(sizes.max() / w[sizes > 0].min()) + 1.0  # at hi every group is capped at its size
     for _ in range(100):
         c = (lo + hi) / 2
         if np.clip(c * w, floor, sizes).sum() < keep_total:
@@ -159,13 +148,16 @@ def _allocate_power(sizes: np.ndarray, floor: np.ndarray, keep_total: int, power
             hi = c
     t = np.clip(hi * w, floor, sizes)
     base = np.floor(t).astype(np.int64)
-    left = keep_total - int(base.sum())
-    frac = t - base
-    order = np.lexsort((np.arange(len(sizes)), -frac))
-    for i in order:
+    return _add_largest_remainders(base, keep_total - int(base.sum()), t - base, sizes)
+
+
+def _add_largest_remainders(base: np.ndarray, left: int, frac: np.ndarray, cap: np.ndarray) -> np.ndarray:
+    """Hand the ``left`` units still missing one each to the groups with the largest fractional share (ties: the
+    lower index), skipping groups already at their cap."""
+    for i in np.lexsort((np.arange(len(base)), -frac)):
         if left <= 0:
             break
-        if base[i] < sizes[i]:
+        if base[i] < cap[i]:
             base[i] += 1
             left -= 1
     return base
