@@ -10,7 +10,8 @@ Needs the converted datasets and splits that ``python benchmarks/model_splits.py
   centred within the task (seed 0; PCA / top-1 / top-5): k80_mi50 0.743/0.792/0.911 -> 0.742/0.768/0.901;
   no_depthwise 0.597/0.633/0.785 -> 0.605/0.687/0.810. The variant ``tokrel`` measured then (tokens plus the tokens
   centred within the task: k80_mi50 0.754/0.824/0.907, no_depthwise 0.645/0.751/0.833) became the default
-  (``features.task_centred_tokens``, ``token_relative``).
+  (``features.task_centred_tokens``, ``token_relative``). Re-measured on today's default (session 9, seed 0):
+  k80_mi50 0.759/0.857/0.911 -> relonly 0.758/0.831/0.904; no_depthwise 0.660/0.789/0.863 -> 0.661/0.780/0.846.
 - ``hw`` (session 9): the hardware a record was measured on as flat features, log2(1 + value) of ``HW_COLUMNS``
   (Ansor's HardwareParams and the target's max_num_threads; constant within a task, so they act only through
   interactions). Seed 0 unless said, against the default:
