@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -36,8 +35,7 @@ import polars as pl
 from tenset_curate.metrics import evaluate_predictions
 from tenset_curate.training import _part, arrays, balanced_rows, labelled_split, make_model
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from model_splits import SPLITS  # noqa: E402
+from model_splits import SPLITS
 
 HW_COLUMNS = ["hw_max_shared_memory_per_block", "hw_max_threads_per_block", "hw_max_vthread_extent", "hw_warp_size",
               "target_max_num_threads", "hw_vector_unit_bytes", "hw_cache_line_bytes"]
