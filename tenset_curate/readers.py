@@ -17,6 +17,7 @@ import hashlib
 import io
 import math
 import re
+import struct
 import zlib
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -512,7 +513,10 @@ def _is_int_str(s: str) -> bool:
 
 
 def summarize_costs(costs, error_no: int) -> tuple[list, float | None, bool]:
-    """Return (costs as floats, mean_cost or None, is_valid). A failed or invalid measurement never gets a mean."""
+    """Return (costs as floats, mean_cost or None, is_valid). A failed or invalid measurement never gets a mean.
+
+    The mean is rounded to float32, the type of the mean_cost column (so the row holds exactly what this returns);
+    a mean that rounds to 0 or up to the failure threshold makes the measurement invalid."""
     if type(costs) is not list:
         raise ValueError("costs is not a list")
     out = []
@@ -533,10 +537,21 @@ def summarize_costs(costs, error_no: int) -> tuple[list, float | None, bool]:
         if not (0.0 < c < FAILED_COST_THRESHOLD):  # catches NaN, inf, <= 0 and 1e10 placeholders
             ok = False
         out.append(c)
-    mean = math.fsum(out) / len(out) if ok else None
-    if mean is not None and not math.isfinite(mean):
+    mean = _f32(math.fsum(out) / len(out)) if ok else None
+    if mean is not None and not 0.0 < mean < FAILED_COST_THRESHOLD:  # rounded to 0 or up to the threshold
         mean, ok = None, False
     return out, mean, ok
+
+
+_F32 = struct.Struct("<f")
+
+
+def _f32(x: float) -> float:
+    """``x`` rounded to float32 (what the mean_cost column stores), as a Python float."""
+    try:
+        return _F32.unpack(_F32.pack(x))[0]
+    except OverflowError:  # beyond float32's range: inf, which no valid mean is
+        return math.inf
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -660,8 +675,13 @@ class _Sink:
         return b if b.num_rows else None
 
     def quarantine_table(self) -> pa.Table:
-        cols = list(zip(*self.quarantine)) if self.quarantine else [[], [], [], []]
-        return pa.table([pa.array(list(c), f.type) for c, f in zip(cols, QUARANTINE_SCHEMA)], schema=QUARANTINE_SCHEMA)
+        return quarantine_table(self.quarantine)
+
+
+def quarantine_table(entries: list[tuple]) -> pa.Table:
+    """(source_file, line, reason, raw) tuples as a QUARANTINE_SCHEMA table."""
+    cols = list(zip(*entries)) if entries else [[], [], [], []]
+    return pa.table([pa.array(list(c), f.type) for c, f in zip(cols, QUARANTINE_SCHEMA)], schema=QUARANTINE_SCHEMA)
 
 
 def read_ansor(path: Path, source_file: str, hw: HardwareContext, sink: _Sink | None = None) -> Iterator:

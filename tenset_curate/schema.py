@@ -36,11 +36,13 @@ steps            the schedule, typed: list of {kind, ints, lists, strs, floats}.
                  instruction's decision, ``strs`` the string attrs (inputs are SSA names and are dropped)
 n_steps          len(steps)
 costs            the measured costs in seconds, as logged (placeholders such as 1e10 kept)
-mean_cost        mean of costs for a valid measurement; NULL for every failed or invalid one (never finite)
+mean_cost        mean of costs for a valid measurement, as float32 (7 significant digits; Ansor logs costs with 6, and
+                 the exact values stay in ``costs``); NULL for every failed or invalid one (never finite)
 error_no         Ansor MeasureErrorNo (0 = ok); MetaSchedule: 0, or 8 (UNKNOWN_ERROR) for a failed trial (run_secs
                  of 1e10: MetaSchedule does not log why)
 error_name       the error's name (NO_ERROR, COMPILE_HOST, RUNTIME_DEVICE, ...)
-is_valid         error_no == 0 and every cost finite and positive and below the failure threshold
+is_valid         error_no == 0 and every cost finite and positive and below the failure threshold, and the mean,
+                 rounded to float32, still positive and below it
 all_cost         Ansor's all_cost (compile + run seconds); null for MetaSchedule
 timestamp        Ansor's timestamp (seconds since epoch); null for MetaSchedule
 """
@@ -48,7 +50,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"  # 2: mean_cost float32
 
 # A cost at or above this is a failure placeholder (Ansor and MetaSchedule both log 1e10).
 FAILED_COST_THRESHOLD = 1e9
@@ -119,7 +121,7 @@ RECORD_SCHEMA = pa.schema(
         ("steps", pa.list_(STEP_TYPE)),
         ("n_steps", pa.int32()),
         ("costs", pa.list_(pa.float64())),
-        ("mean_cost", pa.float64()),
+        ("mean_cost", pa.float32()),
         ("error_no", pa.int32()),
         ("error_name", pa.string()),
         ("is_valid", pa.bool_()),
