@@ -486,8 +486,9 @@ def plan_units(dataset: Path, unit_records: int = UNIT_RECORDS) -> list[dict]:
 
     Shards that share a (hardware, task) are joined (union-find) into components, so every task lies in exactly
     one component; components, in order of their first (hardware, task_id), are packed into units of up to
-    ``unit_records`` records (a bigger component is a unit of its own). TenSet keeps one file per task, so its
-    components are single shards and units stay near ``unit_records``. Reads the two key columns only."""
+    ``unit_records`` records (a bigger component is a unit of its own). TenSet keeps one file per task and convert
+    packs whole files into a shard, so its components are single shards (a convert group, ~14k records) and a
+    unit is one shard or a few. Reads the two key columns only."""
     import pyarrow.parquet as pq
 
     root = Path(dataset)
@@ -534,7 +535,7 @@ def plan_units(dataset: Path, unit_records: int = UNIT_RECORDS) -> list[dict]:
     return units
 
 
-LIGHT_COLUMNS = ["hardware", "task_id", "record_id", "is_valid", "mean_cost"]  # what random's pass 1 reads
+LIGHT_COLUMNS = ["hardware", "task_id", "record_id", "is_valid", "mean_cost", "costs"]  # what random's pass 1 reads
 
 
 def _single_task(md) -> list[tuple[str, str]] | None:

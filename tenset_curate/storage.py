@@ -28,13 +28,14 @@ import pyarrow.parquet as pq
 # Floats are split into byte streams (zstd then finds the shared exponents), statistics only where a reader filters.
 # Dictionary encoding everywhere except on high-entropy columns (a per-record hash, measured floats, timestamps):
 # there a dictionary page only adds bytes. `line` counts up within a file, so delta encoding stores it in ~0 bytes.
-# The Arrow schema is not embedded (4 kB a shard: TenSet has one shard per task file); every type of RECORD_SCHEMA
+# The Arrow schema is not embedded (4 kB a shard); every type of RECORD_SCHEMA
 # round-trips through the Parquet schema alone (tests/test_convert.py checks it).
 # Measured on 30 roller-k80 logs (25.1 MB of JSON): 1.50 MB before these three changes, 1.16 MB after.
 PARQUET_OPTS = dict(compression="zstd", compression_level=3, store_schema=False)  # 12 costs 2.5x the write time for 4% less
 FLOAT_COLUMNS = ["costs", "mean_cost", "all_cost", "timestamp"]
 NO_DICTIONARY = {"record_id", "line", "costs.list.element", "mean_cost", "all_cost", "timestamp"}
 DELTA_COLUMNS = {"line"}
+STEPS_LEVEL, OTHER_LEVEL = 6, 1
 STAT_COLUMNS = ["line", "hardware", "task_id", "workload_key", "mean_cost", "error_no", "is_valid", "log_version",
                 "n_steps", "format", "target_kind"]
 
@@ -59,8 +60,11 @@ def parquet_options(schema: pa.Schema) -> dict:
     delta = {c: "DELTA_BINARY_PACKED" for c in DELTA_COLUMNS if c in leaves}
     if delta:
         opts["column_encoding"] = delta
-    if "steps" in names:  # records: keep footers small (TenSet has one shard per task file)
+    if "steps" in names:  # records: keep footers small
         opts["write_statistics"] = [c for c in STAT_COLUMNS if c in names]
+        # zstd 6 on the schedule (its leaves repeat across a task's records: -17% bytes, the level computation
+        # dominates its write time anyway), 1 elsewhere (measured floats and hashes do not compress further)
+        opts["compression_level"] = {p: STEPS_LEVEL if p.startswith("steps.") else OTHER_LEVEL for p in leaves}
     return opts
 
 
@@ -131,8 +135,15 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode())
 
 
+ROW_GROUP_ROWS = 64 * 1024
+
+
 class AtomicParquetWriter:
-    """Stream record batches into ``path`` under a temporary name; ``commit`` renames it into place."""
+    """Stream record batches into ``path`` under a temporary name; ``commit`` renames it into place.
+
+    Batches are buffered up to ``ROW_GROUP_ROWS`` rows and written as one row group (every ``write_table`` call
+    starts a row group, and each costs a footer entry and page headers for every column: a convert group of many
+    small logs would otherwise pay that per log)."""
 
     def __init__(self, path: Path, schema: pa.Schema):
         self.path = Path(path)
@@ -143,19 +154,30 @@ class AtomicParquetWriter:
         except OSError as e:
             raise _explain(e, self.path) from e
         self.rows = 0
+        self._pending: list[pa.Table] = []
+        self._pending_rows = 0
 
     def write(self, batch) -> None:
+        t = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
+        self._pending.append(t)
+        self._pending_rows += t.num_rows
+        self.rows += t.num_rows
+        if self._pending_rows >= ROW_GROUP_ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        t = pa.concat_tables(self._pending) if len(self._pending) > 1 else self._pending[0]
+        self._pending, self._pending_rows = [], 0
         try:
-            if isinstance(batch, pa.Table):
-                self.writer.write_table(batch, row_group_size=64 * 1024)
-            else:
-                self.writer.write_batch(batch, row_group_size=64 * 1024)
+            self.writer.write_table(t, row_group_size=ROW_GROUP_ROWS)
         except OSError as e:
             self.abort()
             raise _explain(e, self.path) from e
-        self.rows += batch.num_rows
 
     def commit(self) -> None:
+        self._flush()
         try:
             self.writer.close()
             with open(self.tmp, "rb+") as fh:
@@ -167,6 +189,7 @@ class AtomicParquetWriter:
         _fsync_dir(self.path.parent)
 
     def abort(self) -> None:
+        self._pending = []
         try:
             self.writer.close()
         except Exception:  # noqa: BLE001 - best effort on an already failing path
