@@ -183,8 +183,8 @@ class _View:
 def _parquet_view(name: str, rel_glob: str, root: Path, exists: bool, empty: pa.Schema, union: bool = True,
                   **opts: str) -> _View:
     """``union=False`` for tables every shard of which has one fixed schema (records, quarantine, workloads,
-    networks): DuckDB then reads one footer to bind the view instead of every shard's (with TenSet's one shard per
-    task file, union_by_name made the catalog build's memory grow with the number of shards)."""
+    networks): DuckDB then reads one footer to bind the view instead of every shard's (union_by_name made the
+    catalog build's memory grow with the number of shards)."""
     if not exists:
         return _View(name, _empty_select(empty), f"(missing) {rel_glob}")
     extra = "".join(f", {k} = {v}" for k, v in opts.items())

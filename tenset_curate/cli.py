@@ -38,6 +38,7 @@ def convert(
     hardware: Optional[str] = typer.Option(None, help="hardware name when neither -model= nor measure_records/ says"),
     workers: int = typer.Option(1, help="worker processes"),
     wait: bool = typer.Option(False, help="wait for another writer of --out instead of failing"),
+    group_mb: int = typer.Option(16, min=1, help="MB of (uncompressed) JSON logs packed into one shard"),
     json_out: bool = typer.Option(False, "--json", help="print the summary as JSON"),
 ):
     """Convert Ansor/TenSet logs (v0.2-v0.6, plain or gz), MetaSchedule databases and network_info pickles."""
@@ -46,7 +47,8 @@ def convert(
     from .storage import OutputError
 
     try:
-        s = run(inputs, out, hardware=hardware, workers=workers, progress=not json_out, log=_log, wait=wait)
+        s = run(inputs, out, hardware=hardware, workers=workers, progress=not json_out, log=_log, wait=wait,
+                group_bytes=group_mb << 20)
     except (InputError, OutputError) as e:
         _fail(str(e))
     if json_out:

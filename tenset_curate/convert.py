@@ -4,18 +4,23 @@ Inputs are files or folders. A folder is walked: Ansor/TenSet logs (``*.json``, 
 optionally ``.gz``), MetaSchedule databases (a folder holding ``database_workload.json[.gz]`` and
 ``database_tuning_record.json[.gz]`` is one input) and TenSet ``network_info`` pickles (``*.pkl[.gz]``).
 
-Every input becomes its own shards, named by a hash of its label and content, so a re-run on unchanged inputs does
-nothing, new inputs add shards, a changed input replaces its own, and the result does not depend on the number of
-workers. The manifest records every input (size, mtime, sha256, counts, hardware rule) and is rewritten atomically
-after each finished input, so a killed run resumes where it stopped.
+Inputs are converted in groups: Ansor logs, in label order, are packed into groups of about ``GROUP_BYTES`` of
+JSON (TenSet's files hold one task each, ~1 MB: a shard per file would spend ~9 bytes a record on Parquet footers
+and page headers, a fifth of the output); a MetaSchedule database or a pickle is a group of its own. A group
+becomes one shard per hardware, named by a hash of its members' labels and contents, so a re-run on unchanged
+inputs does nothing, new inputs add shards, and the result does not depend on the number of workers. A changed
+input leaves its group: the group's shards are rewritten without its rows (the other members' rows are kept as
+they are, not re-converted) and it is converted again with the other new or changed inputs. The manifest records
+every input (size, mtime, sha256, counts, hardware rule, group, shards) and is rewritten atomically as groups
+finish, so a killed run resumes where it stopped.
 
 Layout::
 
     DATASET/manifest.json
-    DATASET/records/hardware=<name>/part-<key>.parquet
-    DATASET/quarantine/part-<key>.parquet
-    DATASET/workloads/part-<key>.parquet      (MetaSchedule IRModules)
-    DATASET/networks/part-<key>.parquet       (network_info)
+    DATASET/records/hardware=<name>/part-<group>.parquet
+    DATASET/quarantine/part-<group>.parquet
+    DATASET/workloads/part-<group>.parquet    (MetaSchedule IRModules)
+    DATASET/networks/part-<group>.parquet     (network_info)
     DATASET/catalog.duckdb                    (views over all of it; see catalog.py)
 """
 from __future__ import annotations
@@ -29,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
+import pyarrow as pa
 
 from . import __version__
 from .executors import map_unordered
@@ -38,6 +44,7 @@ from .readers import (
     _Sink,
     detect_format,
     hardware_context,
+    quarantine_table,
     read_ansor,
     read_metaschedule,
 )
@@ -53,6 +60,7 @@ from .storage import (
 )
 
 LOG_SUFFIXES = (".json", ".jsonl", ".log", ".txt", ".tsv")
+GROUP_BYTES = 16 << 20  # uncompressed JSON per group of Ansor logs (~14k records: one ~0.5 MB shard)
 MANIFEST = "manifest.json"
 CONVERTER_VERSION = f"{__version__}+schema{SCHEMA_VERSION}"
 
@@ -143,66 +151,147 @@ def unit_key(unit: Unit, shas: list[str]) -> str:
     return h.hexdigest()
 
 
-def convert_unit(unit: Unit, key: str, out: Path, hardware: str | None) -> dict:
-    """Convert one input into its shards (atomically). Runs in a worker process."""
-    t0 = time.perf_counter()
-    outputs: list[str] = []
-    hw = hardware_context(unit.paths[-1], hardware, unit.root)
-    if unit.kind == "netinfo":
-        from .netinfo import networks_table
+def input_bytes(unit: Unit) -> int:
+    """The uncompressed size of a unit's files (a gzip file's trailer gives it, modulo 4 GiB)."""
+    n = 0
+    for p in unit.paths:
+        size = p.stat().st_size
+        try:
+            with open(p, "rb") as fh:
+                if fh.read(2) == b"\x1f\x8b" and size >= 18:
+                    fh.seek(-4, os.SEEK_END)
+                    size = max(size, int.from_bytes(fh.read(4), "little"))
+        except OSError:
+            pass
+        n += size
+    return n
 
-        tbl = networks_table([unit.paths[0]])
-        rel = f"networks/part-{key}.parquet"
-        write_parquet_atomic(out / rel, tbl)
-        return {"kind": unit.kind, "outputs": [rel], "stats": {"lines": 0, "rows": 0, "network_rows": tbl.num_rows, "quarantined": 0,
-                                                               "comments": 0, "failed": 0, "hardware": {},
-                                                               "hardware_rules": {}, "stream_error": None},
-                "seconds": time.perf_counter() - t0}
-    sink = _Sink(unit.label)
-    if unit.kind == "metaschedule":
-        wl_label = f"{unit.label}/{unit.paths[0].name}"
-        sink.source_file = f"{unit.label}/{unit.paths[1].name}"
-        sink.stats.source_file = sink.source_file
-        batches = read_metaschedule(unit.paths[0], unit.paths[1], sink.source_file, hw, sink, wl_label)
-    else:
-        batches = read_ansor(unit.paths[0], unit.label, hw, sink)
+
+def plan_groups(todo: list, group_bytes: int = GROUP_BYTES) -> list[list]:
+    """Pack the ``(unit, key, fingerprint)`` items to convert into groups, deterministically (label order; not by
+    worker count): consecutive Ansor logs up to ``group_bytes`` of JSON each; any other unit alone."""
+    groups: list[list] = []
+    cur: list = []
+    size = 0
+    for item in sorted(todo, key=lambda it: it[0].label):
+        if item[0].kind != "ansor":
+            groups.append([item])
+            continue
+        cur.append(item)
+        size += input_bytes(item[0])
+        if size >= group_bytes:
+            groups.append(cur)
+            cur, size = [], 0
+    if cur:
+        groups.append(cur)
+    return groups
+
+
+def group_key(keys: list[str]) -> str:
+    if len(keys) == 1:
+        return keys[0]
+    h = hashlib.blake2b(digest_size=10)
+    for k in sorted(keys):
+        h.update(k.encode())
+    return h.hexdigest()
+
+
+class _UnitFailed(Exception):
+    def __init__(self, label: str, reason: str):
+        super().__init__(reason)
+        self.label, self.reason = label, reason
+
+
+# what a broken input raises while it is read; it fails alone, the rest of its group is converted
+_READ_ERRORS = (InputError, ValueError, OSError, OverflowError, RecursionError, AssertionError)
+
+
+def convert_group(members: list, gkey: str, out: Path, hardware: str | None) -> dict:
+    """Convert a group of inputs (``[(unit, key), ...]``) into one shard per hardware, plus one quarantine, workload
+    and network shard as needed, all written atomically. An input that fails is left out (the group is redone
+    without it) and reported under ``failed``. Runs in a worker process."""
+    failed: dict[str, str] = {}
+    while True:
+        try:
+            res = _convert_members([m for m in members if m[0].label not in failed], gkey, Path(out), hardware)
+        except _UnitFailed as e:
+            failed[e.label] = e.reason
+            continue
+        res["failed"] = failed
+        return res
+
+
+def _convert_members(members: list, gkey: str, out: Path, hardware: str | None) -> dict:
+    t0 = time.perf_counter()
     writers: dict[str, AtomicParquetWriter] = {}
+    quarantine: list[tuple] = []
+    workloads: list = []
+    networks: list = []
+    units: dict[str, dict] = {}
     try:
-        for b in batches:
-            hw_col = b.column("hardware")
-            names = hw_col.unique().to_pylist()
-            for name in names:
-                part = b if len(names) == 1 else b.filter(pa_equal(hw_col, name))
-                # keyed by folder: two names that map to one folder share its shard (the column keeps the name)
-                rel = f"records/hardware={_safe_part(name)}/part-{key}.parquet"
-                w = writers.get(rel)
-                if w is None:
-                    w = writers[rel] = AtomicParquetWriter(out / rel, RECORD_SCHEMA)
-                    outputs.append(rel)
-                w.write(part)
+        for unit, _key in members:
+            units[unit.label] = _read_unit_into(unit, gkey, out, hardware, writers, quarantine, workloads, networks)
+        outputs = sorted(writers)
         for w in writers.values():
             w.commit()
     except BaseException:
         for w in writers.values():
             w.abort()
         raise
-    stats = sink.stats
-    stats.check()
-    extra = {}
-    if unit.kind == "metaschedule":
-        ws: FileStats = sink.workload_stats
-        ws.check()
-        extra["workload_file"] = ws.to_dict()
-        rel = f"workloads/part-{key}.parquet"
-        write_parquet_atomic(out / rel, sink.workloads.cast(WORKLOAD_SCHEMA))
-        outputs.append(rel)
-    if sink.quarantine:
-        rel = f"quarantine/part-{key}.parquet"
-        write_parquet_atomic(out / rel, sink.quarantine_table())
-        outputs.append(rel)
-    d = stats.to_dict()  # record-file counts; a MetaSchedule workload file's counts are in extra
-    return {"kind": unit.kind, "outputs": sorted(outputs), "stats": d, **extra,
-            "seconds": time.perf_counter() - t0}
+    extra = [("quarantine", quarantine_table(quarantine) if quarantine else None),
+             ("workloads", pa.concat_tables([t.cast(WORKLOAD_SCHEMA) for t in workloads]) if workloads else None),
+             ("networks", pa.concat_tables(networks) if networks else None)]
+    for sub, tbl in extra:
+        if tbl is not None:
+            rel = f"{sub}/part-{gkey}.parquet"
+            write_parquet_atomic(out / rel, tbl)
+            outputs.append(rel)
+    return {"outputs": sorted(outputs), "units": units, "seconds": time.perf_counter() - t0}
+
+
+def _read_unit_into(unit: Unit, gkey: str, out: Path, hardware: str | None, writers: dict, quarantine: list,
+                    workloads: list, networks: list) -> dict:
+    """Stream one input's rows into the group's writers; returns its manifest counts. Raises ``_UnitFailed``."""
+    try:
+        hw = hardware_context(unit.paths[-1], hardware, unit.root)
+        if unit.kind == "netinfo":
+            from .netinfo import networks_table
+
+            tbl = networks_table([unit.paths[0]])
+            networks.append(tbl)
+            return {"kind": unit.kind, "stats": {"lines": 0, "rows": 0, "network_rows": tbl.num_rows,
+                                                 "quarantined": 0, "comments": 0, "failed": 0, "hardware": {},
+                                                 "hardware_rules": {}, "stream_error": None}}
+        sink = _Sink(unit.label)
+        if unit.kind == "metaschedule":
+            wl_label = f"{unit.label}/{unit.paths[0].name}"
+            sink.source_file = f"{unit.label}/{unit.paths[1].name}"
+            sink.stats.source_file = sink.source_file
+            batches = read_metaschedule(unit.paths[0], unit.paths[1], sink.source_file, hw, sink, wl_label)
+        else:
+            batches = read_ansor(unit.paths[0], unit.label, hw, sink)
+        for b in batches:
+            hw_col = b.column("hardware")
+            names = hw_col.unique().to_pylist()
+            for name in names:
+                part = b if len(names) == 1 else b.filter(pa_equal(hw_col, name))
+                # keyed by folder: two names that map to one folder share its shard (the column keeps the name)
+                rel = f"records/hardware={_safe_part(name)}/part-{gkey}.parquet"
+                w = writers.get(rel)
+                if w is None:
+                    w = writers[rel] = AtomicParquetWriter(out / rel, RECORD_SCHEMA)
+                w.write(part)
+        sink.stats.check()
+        extra = {}
+        if unit.kind == "metaschedule":
+            ws: FileStats = sink.workload_stats
+            ws.check()
+            extra["workload_file"] = ws.to_dict()
+            workloads.append(sink.workloads)
+    except _READ_ERRORS as e:
+        raise _UnitFailed(unit.label, f"{type(e).__name__}: {e}") from None
+    quarantine.extend(sink.quarantine)
+    return {"kind": unit.kind, "stats": sink.stats.to_dict(), **extra}
 
 
 def pa_equal(arr, value):
@@ -212,12 +301,11 @@ def pa_equal(arr, value):
 
 
 def _worker(args):
-    unit, key, out, hardware = args
+    members, gkey, out, hardware = args
     try:
-        return unit.label, convert_unit(unit, key, Path(out), hardware), None
-    except (InputError, ValueError, OSError, OutputError, OverflowError, RecursionError,
-            AssertionError) as e:  # one broken input does not stop the others; it is reported as failed
-        return unit.label, None, f"{type(e).__name__}: {e}"
+        return gkey, convert_group(members, gkey, Path(out), hardware), None
+    except (OutputError, OSError) as e:  # the group's output cannot be written: all its inputs are reported failed
+        return gkey, None, f"{type(e).__name__}: {e}"
 
 
 def load_manifest(out: Path) -> dict:
@@ -231,13 +319,15 @@ def load_manifest(out: Path) -> dict:
 
 
 def convert(inputs: list, out: Path, hardware: str | None = None, workers: int = 1, progress: bool = False,
-            log=None, wait: bool = False, executor: str = "local", address: str | None = None) -> dict:
+            log=None, wait: bool = False, executor: str = "local", address: str | None = None,
+            group_bytes: int = GROUP_BYTES) -> dict:
     """Convert logs into the dataset at ``out``. Returns a summary dict (what ``--json`` prints).
 
     Unchanged inputs (same size, mtime and sha256 as in the manifest) are skipped; new or changed ones are
     converted; a killed run resumes. Input lines = rows + quarantined + comments is checked for every file.
     ``executor`` (``local`` | ``ray``, see executors.py) and ``workers`` decide where the per-input work runs;
-    the output is the same either way.
+    the output is the same either way. ``group_bytes``: uncompressed JSON per group of Ansor logs (one shard per
+    group and hardware; see the module docstring).
     """
     out = Path(out)
     log = log or (lambda msg: None)
@@ -271,31 +361,43 @@ def convert(inputs: list, out: Path, hardware: str | None = None, workers: int =
             todo.append((u, unit_key(u, shas), fp))
         errors: dict[str, str] = {}
         done = 0
+        removed = 0
+        # inputs converted again leave their old groups first (whose other members keep their rows)
+        dropped = _leave_groups(out, manifest, {u.label for u, _, _ in todo if u.label in manifest["inputs"]})
+        if dropped is not None:
+            atomic_write_json(out / MANIFEST, manifest)
+            removed += _remove_orphans(out, manifest)
+            for label in dropped:
+                log(f"warning: {label}: its group lost a shard and it was not given this time: pass it again")
         if todo:
-            log(f"converting {len(todo)} input(s), {skipped} unchanged, {workers} worker(s)")
+            groups = plan_groups(todo, group_bytes)
+            log(f"converting {len(todo)} input(s) in {len(groups)} group(s), {skipped} unchanged, "
+                f"{workers} worker(s)")
             bar = _bar(len(todo), progress)
             last_save = time.monotonic()
-            args = [(u, key, str(out), hardware) for u, key, _ in todo]
+            args = [([(u, key) for u, key, _ in g], group_key([key for _, key, _ in g]), str(out), hardware)
+                    for g in groups]
             meta = {u.label: (key, fp) for u, key, fp in todo}
-            # one item per input; in parallel runs the biggest go first, which keeps every worker busy to the end
+            members = {a[1]: [u.label for u, _ in a[0]] for a in args}
+            # one item per group; in parallel runs the biggest go first, which keeps every worker busy to the end
             results = map_unordered(_worker, args, executor=executor, workers=workers, address=address,
-                                    cost=lambda a: sum(p.stat().st_size for p in a[0].paths))
+                                    cost=lambda a: sum(input_bytes(u) for u, _ in a[0]))
             try:
-                for label, res, err in results:
-                    key, fp = meta[label]
-                    if err:
-                        errors[label] = err
-                        log(f"error: {label}: {err}")
-                    else:
-                        old = manifest["inputs"].get(label)
-                        manifest["inputs"][label] = {"files": fp, "key": key, "format": res["kind"], **res["stats"],
-                                                     "outputs": res["outputs"],
-                                                     **({"workload_file": res["workload_file"]}
-                                                        if "workload_file" in res else {})}
-                        if old and old.get("key") != key:
-                            _remove_outputs(out, old, keep=set(res["outputs"]))
-                        done += 1
-                    bar.update(1)
+                for gkey, res, gerr in results:
+                    for label in members[gkey]:
+                        key, fp = meta[label]
+                        err = gerr or res["failed"].get(label)
+                        if err:
+                            errors[label] = err
+                            log(f"error: {label}: {err}")
+                        else:
+                            r = res["units"][label]
+                            manifest["inputs"][label] = {"files": fp, "key": key, "group": gkey, "format": r["kind"],
+                                                         **r["stats"], "outputs": res["outputs"],
+                                                         **({"workload_file": r["workload_file"]}
+                                                            if "workload_file" in r else {})}
+                            done += 1
+                        bar.update(1)
                     if time.monotonic() - last_save > 2.0:
                         atomic_write_json(out / MANIFEST, manifest)
                         last_save = time.monotonic()
@@ -303,7 +405,7 @@ def convert(inputs: list, out: Path, hardware: str | None = None, workers: int =
                 if hasattr(results, "close"):
                     results.close()
                 bar.close()
-        removed = _remove_orphans(out, manifest)
+        removed += _remove_orphans(out, manifest)
         atomic_write_json(out / MANIFEST, manifest)
         catalog_built = _build_catalog(out)
     summary = summarize(manifest)
@@ -314,6 +416,7 @@ def convert(inputs: list, out: Path, hardware: str | None = None, workers: int =
         "inputs_unchanged": skipped,
         "inputs_failed": len(errors),
         "errors": errors,
+        "inputs_dropped": dropped or [],
         "orphans_removed": removed,
         "catalog": catalog_built,
         "seconds": round(time.perf_counter() - t0, 3),
@@ -342,13 +445,54 @@ def _outputs_exist(out: Path, entry: dict) -> bool:
     return all((out / rel).exists() for rel in entry.get("outputs", []))
 
 
-def _remove_outputs(out: Path, entry: dict, keep: set) -> None:
-    for rel in entry.get("outputs", []):
-        if rel not in keep:
-            try:
-                (out / rel).unlink()
-            except FileNotFoundError:
-                pass
+def _leave_groups(out: Path, manifest: dict, labels: set) -> list[str] | None:
+    """Take the inputs ``labels`` (about to be converted again) out of the manifest and out of their groups' shards.
+
+    Each old group's shards are rewritten without those inputs' rows (filtered on ``source_file``, which is the
+    label of an Ansor log, the only kind that shares a group) under a new group name; its other members keep their
+    rows untouched and point at the new shards; the old shards become orphans. A group with a shard missing cannot
+    be filtered: its members not in ``labels`` are dropped from the manifest and returned (pass them again to
+    convert them). Returns None when nothing left a group."""
+    inputs = manifest["inputs"]
+    by_group: dict[str, tuple[list, set]] = {}
+    for label in sorted(labels):
+        e = inputs.pop(label)
+        by_group.setdefault(e.get("group", e["key"]), (e.get("outputs", []), set()))[1].add(label)
+    if not by_group:
+        return None
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from .schema import QUARANTINE_SCHEMA
+
+    dropped: list[str] = []
+    for g, (outputs, gone) in sorted(by_group.items()):
+        stay = sorted(label for label, e in inputs.items() if e.get("group", e["key"]) == g)
+        if not stay:
+            continue
+        if not all((out / rel).exists() for rel in outputs):
+            for label in stay:
+                del inputs[label]
+            dropped += stay
+            continue
+        h = hashlib.blake2b(digest_size=10)
+        for x in [g, *sorted(gone)]:
+            h.update(x.encode() + b"\0")
+        new_g = h.hexdigest()
+        new_outputs = []
+        for rel in outputs:
+            t = pq.read_table(out / rel)
+            t = t.filter(pc.invert(pc.is_in(t.column("source_file"), pa.array(sorted(gone)))))
+            if t.num_rows == 0:
+                continue
+            schema = RECORD_SCHEMA if rel.startswith("records/") else QUARANTINE_SCHEMA
+            new_rel = rel.replace(f"part-{g}.parquet", f"part-{new_g}.parquet")
+            write_parquet_atomic(out / new_rel, t.select(schema.names).cast(schema))
+            new_outputs.append(new_rel)
+        for label in stay:
+            inputs[label]["group"] = new_g
+            inputs[label]["outputs"] = sorted(new_outputs)
+    return dropped
 
 
 def _remove_orphans(out: Path, manifest: dict) -> int:

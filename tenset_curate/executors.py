@@ -1,7 +1,7 @@
 """Executors: one function mapped over independent work items, on local processes or on Ray tasks.
 
 ``map_unordered(fn, items, executor=..., workers=..., address=...)`` yields ``fn(item)`` for every item in
-completion order. The callers (``convert``: one item per input file) make results independent of that order
+completion order. The callers (``convert``: one item per group of inputs) make results independent of that order
 (shards are named by content, the manifest is written with sorted keys), so the output is byte-identical whichever
 executor ran it and with however many workers.
 

@@ -29,6 +29,8 @@ import pytest
 from tenset_curate.convert import convert
 from tenset_curate.storage import LockedError
 
+from _outputs import assert_same_content  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 REAL = Path(os.environ.get("TENSET_CURATE_REALDATA", REPO.parent / "shared" / "realdata"))
 K80 = REAL / "ansor" / "roller-k80"
@@ -166,12 +168,16 @@ def test_waiting_writer_proceeds_after_the_holder(logs, tmp_path):
     assert res["converted"] == 3 and not res["errors"]
     assert s["inputs_converted"] == 3 and s["inputs_unchanged"] == 3, s  # a's were done by the holder
     assert_consistent(out)
-    ref = tmp_path / "ref"
+    ref = tmp_path / "ref"  # the same two runs, one after the other
+    convert([str(a)], ref)
     convert([str(a), str(b)], ref)
     assert files_snapshot(out).keys() == files_snapshot(ref).keys()
     for rel, data in files_snapshot(ref).items():
         if rel.endswith(".parquet") or rel == "manifest.json":
             assert files_snapshot(out)[rel] == data, rel
+    clean = tmp_path / "clean"  # and the content of one run over both
+    convert([str(a), str(b)], clean)
+    assert_same_content(out, clean, "waiting writer vs one clean run")
 
 
 def test_two_waiting_writers_make_the_union(logs, tmp_path):
@@ -189,12 +195,9 @@ def test_two_waiting_writers_make_the_union(logs, tmp_path):
     assert [r["converted"] for r in results] == [4, 4] and not any(r["errors"] for r in results)
     man = assert_consistent(out)
     assert len(man["inputs"]) == 8
-    ref = tmp_path / "ref"
+    ref = tmp_path / "ref"  # whichever writer went first, the content is the union's
     convert([str(a), str(b)], ref)
-    mine, theirs = files_snapshot(out), files_snapshot(ref)
-    for rel in theirs:
-        if rel.endswith(".parquet") or rel == "manifest.json":
-            assert mine[rel] == theirs[rel], rel
+    assert_same_content(out, ref, "two waiting writers vs one run over both")
 
 
 def count_rows(out: Path) -> int:

@@ -61,6 +61,27 @@ def test_every_real_file_converts_and_balances(real_ds):
     assert rows == n_ansor
 
 
+def test_ansor_records_take_30x_less_space_than_their_json(real_ds):
+    """Issue 3's size bar, on every real Ansor log: the record shards of the groups of Ansor logs against the
+    uncompressed JSON (MANIFEST.tsv's byte counts). A size, not a time: deterministic for a given pyarrow."""
+    out, _ = real_ds
+    m = orjson.loads((out / "manifest.json").read_bytes())["inputs"]
+    man = manifest_rows()
+    json_bytes = 0
+    shards: set[str] = set()
+    for e in m.values():
+        if e["format"] != "ansor":
+            continue
+        key = Path(e["files"][0]["path"]).relative_to(REAL.resolve()).as_posix()
+        json_bytes += int(man[key]["bytes_uncompressed"])
+        shards |= {o for o in e["outputs"] if o.startswith("records/")}
+    assert not [o for o in shards if any(x["format"] != "ansor" and o in x["outputs"] for x in m.values())]
+    parquet_bytes = sum((out / o).stat().st_size for o in shards)
+    ratio = json_bytes / parquet_bytes
+    print(f"\nAnsor JSON {json_bytes / 1e6:.1f} MB -> records {parquet_bytes / 1e6:.2f} MB: {ratio:.1f}x")
+    assert ratio >= 30, ratio
+
+
 def test_spot_check_rows_against_raw_json(real_ds):
     out, _ = real_ds
     recs = pl.read_parquet(str(out / "records/*/*.parquet")).filter(pl.col("format") == "ansor")
@@ -187,6 +208,108 @@ def test_rerun_is_idempotent_additions_and_changes_are_incremental(tmp_path):
         pl.col("source_file").str.ends_with(files[0].name)).select(pl.len()).collect().item()
     assert n == 10
     assert not list(out.rglob("*.tmp-*"))
+
+
+def _manifest(out: Path) -> dict:
+    return orjson.loads((out / "manifest.json").read_bytes())["inputs"]
+
+
+def _referenced_and_present(out: Path) -> tuple[set, set]:
+    ref = {o for e in _manifest(out).values() for o in e["outputs"]}
+    present = {p.relative_to(out).as_posix() for p in out.rglob("*.parquet")}
+    return ref, present
+
+
+def test_groups_pack_logs_and_a_changed_log_leaves_its_group(tmp_path):
+    """Logs are packed into groups (one shard per group and hardware, one row group each); a changed log leaves
+    its group: the other members' rows stay as they were, the old shards go, and the content equals a clean run."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from _outputs import assert_same_content, dataset_content
+
+    root = tmp_path / "measure_records"
+    files = _copy_tree(REAL / "ansor" / "roller-k80" / "conv", root / "k80", 7)
+    out = tmp_path / "ds"
+    gb = 3 << 20  # the logs are ~1.3 MB of JSON each: 3 per group
+    s1 = convert([root], out, group_bytes=gb)
+    assert s1["inputs_converted"] == 7 and not s1["errors"]
+    man = _manifest(out)
+    groups: dict[str, list] = {}
+    for label, e in man.items():
+        groups.setdefault(e["group"], []).append(label)
+    assert sorted(len(m) for m in groups.values()) == [1, 3, 3]
+    for g, members in groups.items():
+        pf = pq.ParquetFile(out / f"records/hardware=k80/part-{g}.parquet")
+        assert pf.metadata.num_row_groups == 1
+        assert sorted(set(pf.read(columns=["source_file"]).column(0).to_pylist())) == sorted(members)
+        assert pf.metadata.num_rows == sum(man[m]["rows"] for m in members)
+        assert all(man[m]["outputs"] == [f"records/hardware=k80/part-{g}.parquet"] for m in members)
+    before = dataset_content(out)
+
+    victim = files[1]  # in the first group, with two others
+    label = f"measure_records/k80/{victim.name}"
+    old_group = man[label]["group"]
+    assert len(groups[old_group]) == 3
+    data = gzip.open(victim).read().split(b"\n")
+    with gzip.open(victim, "wb") as fh:
+        fh.write(b"\n".join(data[:10]) + b"\n")
+    s2 = convert([root], out, group_bytes=gb)
+    assert (s2["inputs_converted"], s2["inputs_unchanged"], s2["errors"]) == (1, 6, {})
+    after = dataset_content(out)
+    others = lambda t: t.filter(pc.not_equal(t.column("source_file"), label))  # noqa: E731
+    assert others(after["records"]).equals(others(before["records"]))
+    assert after["records"].filter(pc.equal(after["records"].column("source_file"), label)).num_rows == 10
+    man2 = _manifest(out)
+    assert man2[label]["group"] != old_group and man2[label]["rows"] == 10
+    stayed = [m for m in groups[old_group] if m != label]
+    assert len({man2[m]["group"] for m in stayed}) == 1 and man2[stayed[0]]["group"] != old_group
+    ref, present = _referenced_and_present(out)
+    assert ref == present and f"records/hardware=k80/part-{old_group}.parquet" not in present
+    clean = tmp_path / "clean"
+    convert([root], clean, group_bytes=gb)
+    assert_same_content(out, clean, "after a change")
+
+    # a shard deleted by hand: its members, given again, are converted again
+    (out / man2[stayed[0]]["outputs"][0]).unlink()
+    s3 = convert([root], out, group_bytes=gb)
+    assert s3["inputs_converted"] == 2 and not s3["errors"] and not s3["inputs_dropped"]
+    assert_same_content(out, clean, "after a lost shard")
+    ref, present = _referenced_and_present(out)
+    assert ref == present
+
+
+def test_a_failing_log_fails_alone_in_its_group(tmp_path, monkeypatch):
+    """An input that fails while it is read is reported; the rest of its group is converted (the group is redone
+    without it, so no half-written rows of it remain); given again once readable, it converts."""
+    import tenset_curate.convert as conv
+
+    root = tmp_path / "in" / "k80"
+    files = _copy_tree(REAL / "ansor" / "roller-k80" / "pooling", root, 4)
+    real = conv.read_ansor
+
+    def flaky(path, *a, **k):
+        if path.name == files[2].name:
+            yield from real(path, *a, **k)  # rows of it reach the group's writer first
+            raise OSError(f"{path}: device went away")
+        yield from real(path, *a, **k)
+
+    monkeypatch.setattr(conv, "read_ansor", flaky)
+    out = tmp_path / "ds"
+    s = convert([root], out)
+    assert s["inputs_converted"] == 3 and list(s["errors"]) == [f"k80/{files[2].name}"]
+    assert "device went away" in s["errors"][f"k80/{files[2].name}"]
+    n = pl.read_parquet(str(out / "records/*/*.parquet"))
+    assert files[2].name not in "".join(n["source_file"].unique().to_list())
+    assert n.height == sum(e["rows"] for e in _manifest(out).values())
+    monkeypatch.setattr(conv, "read_ansor", real)
+    s2 = convert([root], out)
+    assert s2["inputs_converted"] == 1 and s2["inputs_unchanged"] == 3 and not s2["errors"]
+    from _outputs import assert_same_content
+
+    clean = tmp_path / "clean"
+    convert([root], clean)
+    assert_same_content(out, clean, "after the retry")
 
 
 def test_hardware_rules_model_cli_parent(tmp_path):

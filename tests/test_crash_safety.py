@@ -42,7 +42,7 @@ import pytest
 from tenset_curate.convert import convert
 from tenset_curate.storage import OutputError
 
-from _outputs import TIMING_KEYS, strip_timing  # noqa: E402,F401
+from _outputs import TIMING_KEYS, assert_same_content, strip_timing  # noqa: E402,F401
 
 REPO = Path(__file__).resolve().parents[1]
 REAL = Path(os.environ.get("TENSET_CURATE_REALDATA", REPO.parent / "shared" / "realdata"))
@@ -255,14 +255,15 @@ def test_convert_sigkill_resume_is_byte_identical_moderate(run_slow, tmp_path):
 
 
 def test_workers_1_and_2_are_byte_identical(small_inputs, tmp_path):
-    s1 = convert(small_inputs, tmp_path / "w1", workers=1)
-    s2 = convert(small_inputs, tmp_path / "w2", workers=2)
+    gb = 3 << 20  # ~2 logs a group: several groups for the two workers to share
+    s1 = convert(small_inputs, tmp_path / "w1", workers=1, group_bytes=gb)
+    s2 = convert(small_inputs, tmp_path / "w2", workers=2, group_bytes=gb)
     assert s1["totals"] == s2["totals"]
     a, b = snapshot(tmp_path / "w1"), snapshot(tmp_path / "w2")
-    assert len([k for k in a if k.endswith(".parquet")]) >= 9
+    assert len([k for k in a if k.startswith("records/")]) >= 4
     assert_same(b, a, "workers=2 vs workers=1")
     # and a rerun on unchanged inputs is a no-op that changes nothing
-    s3 = convert(small_inputs, tmp_path / "w1", workers=2)
+    s3 = convert(small_inputs, tmp_path / "w1", workers=2, group_bytes=gb)
     assert s3["nothing_to_do"] and s3["inputs_unchanged"] == s1["inputs_seen"]
     assert_same(snapshot(tmp_path / "w1"), a, "no-op rerun")
 
@@ -412,12 +413,15 @@ def test_read_only_output_dir_raises_output_error(small_inputs, tmp_path, scope,
     for rel in extra:  # a shard committed in a still-writable subfolder before the manifest failed: complete
         assert rel.endswith(".parquet"), extra
         pq.read_table(ds / rel)
-    # writable again: the dataset recovers to exactly what a clean run produces
+    # writable again: the dataset recovers to what a clean run produces (the same rows and counts; the inputs
+    # added later form a group of their own, so the shard layout follows the history)
     s = convert([first], ds)
     assert not s["errors"] and s["totals"]["balanced"]
     ref = tmp_path / "ref"
     convert([first], ref)
-    assert_same(snapshot(ds), snapshot(ref), "after recovery")
+    assert_same_content(ds, ref, "after recovery")
+    if not new_inputs:
+        assert_same(snapshot(ds), snapshot(ref), "after recovery")
 
 
 def test_output_path_is_a_file(small_inputs, tmp_path):
