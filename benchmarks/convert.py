@@ -161,8 +161,8 @@ def main():
               "whose parse and field extraction ran as fast as the bare `orjson.loads` loop, plus that write, would "
               "reach (floor / (floor + write)); `floor_over_write_steps` is the same for the typed `steps` "
               "column alone (list of struct of lists: its repetition/definition levels dominate). "
-              "`json_over_parquet_one_file` is the size ratio with no per-shard overhead (one shard per input file "
-              "costs the difference). Biggest columns in bytes per record (one file): "
+              "`json_over_parquet_one_file` is the size ratio with no per-shard overhead (a shard per group of ~16 MB "
+              "of JSON costs the difference). Biggest columns in bytes per record (one file): "
               + ", ".join(f"{k} {v}" for k, v in wb["bytes_per_record"].items()) + ".", "",
               f"Load average (1, 5, 15 min) at the end: {[round(x, 2) for x in os.getloadavg()]} on "
               f"{os.cpu_count()} cores (the 1- and 2-worker runs see the same machine only when it is otherwise idle; "

@@ -447,8 +447,8 @@ def write(res: dict, out: Path) -> None:
              "counts alone, pass 2 selects and writes each unit's shard. A process holds one unit at a time, so its "
              "peak memory does not depend on the dataset's size; with 2 workers each worker process holds one unit.")
     L += ["", "Estimate: minutes = 52,000,000 / (records/s per worker x 16 x efficiency) / 60, with efficiency = "
-          "min(1, measured 2-worker speedup / 2) (best and worst of the runs). Convert's work is per input file (13,848 TenSet task files: "
-          "far more items than workers), so it shards evenly; the efficiency on 16 cores is an assumption carried "
+          "min(1, measured 2-worker speedup / 2) (best and worst of the runs). Convert's work is per group of input files (~16 MB of JSON each: "
+          "TenSet's 52M records make ~3,500 groups, far more items than workers), so it shards evenly; the efficiency on 16 cores is an assumption carried "
           "over from 2. Prune's units run on the same executors (one random stream per task, so the output "
           "does not depend on the executor or the number of workers)."]
     out.write_text("\n".join(L) + "\n")

@@ -360,6 +360,14 @@ def test_cli_convert_info_sql(tmp_path):
     assert r.exit_code != 0
     r = CliRunner().invoke(app, ["convert", str(tmp_path / "nope"), "--out", str(tmp_path / "ds2")])
     assert r.exit_code == 2 and "nope" in r.output
+    # --group-mb: the default packs the small logs into one shard, a 1 MB group holds one or two of them
+    logs = REAL / "ansor" / "roller-k80" / "pooling"
+    for mb, out in (("16", "g16"), ("1", "g1")):
+        r = CliRunner().invoke(app, ["convert", str(logs), "--out", str(tmp_path / out), "--group-mb", mb, "--json"])
+        assert r.exit_code == 0, r.output
+    n16 = len(list((tmp_path / "g16" / "records").rglob("*.parquet")))
+    n1 = len(list((tmp_path / "g1" / "records").rglob("*.parquet")))
+    assert n16 == 1 and n1 >= 4, (n16, n1)
 
 
 def test_own_sample_metaschedule_names_and_classes(tmp_path):
