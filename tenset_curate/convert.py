@@ -167,21 +167,22 @@ def input_bytes(unit: Unit) -> int:
     return n
 
 
-def plan_groups(todo: list, group_bytes: int = GROUP_BYTES) -> list[list]:
+def plan_groups(todo: list, group_bytes: int = GROUP_BYTES, size=input_bytes) -> list[list]:
     """Pack the ``(unit, key, fingerprint)`` items to convert into groups, deterministically (label order; not by
-    worker count): consecutive Ansor logs up to ``group_bytes`` of JSON each; any other unit alone."""
+    worker count): consecutive Ansor logs up to ``group_bytes`` of JSON each (``size(unit)``); any other unit
+    alone."""
     groups: list[list] = []
     cur: list = []
-    size = 0
+    total = 0
     for item in sorted(todo, key=lambda it: it[0].label):
         if item[0].kind != "ansor":
             groups.append([item])
             continue
         cur.append(item)
-        size += input_bytes(item[0])
-        if size >= group_bytes:
+        total += size(item[0])
+        if total >= group_bytes:
             groups.append(cur)
-            cur, size = [], 0
+            cur, total = [], 0
     if cur:
         groups.append(cur)
     return groups
@@ -363,14 +364,17 @@ def convert(inputs: list, out: Path, hardware: str | None = None, workers: int =
         done = 0
         removed = 0
         # inputs converted again leave their old groups first (whose other members keep their rows)
-        dropped = _leave_groups(out, manifest, {u.label for u, _, _ in todo if u.label in manifest["inputs"]})
-        if dropped is not None:
+        dropped: list[str] = []
+        again = {u.label for u, _, _ in todo if u.label in manifest["inputs"]}
+        if again:
+            dropped = _leave_groups(out, manifest, again)
             atomic_write_json(out / MANIFEST, manifest)
             removed += _remove_orphans(out, manifest)
             for label in dropped:
                 log(f"warning: {label}: its group lost a shard and it was not given this time: pass it again")
         if todo:
-            groups = plan_groups(todo, group_bytes)
+            sizes = {u.label: input_bytes(u) for u, _, _ in todo}  # read once: planning and scheduling
+            groups = plan_groups(todo, group_bytes, lambda u: sizes[u.label])
             log(f"converting {len(todo)} input(s) in {len(groups)} group(s), {skipped} unchanged, "
                 f"{workers} worker(s)")
             bar = _bar(len(todo), progress)
@@ -381,7 +385,7 @@ def convert(inputs: list, out: Path, hardware: str | None = None, workers: int =
             members = {a[1]: [u.label for u, _ in a[0]] for a in args}
             # one item per group; in parallel runs the biggest go first, which keeps every worker busy to the end
             results = map_unordered(_worker, args, executor=executor, workers=workers, address=address,
-                                    cost=lambda a: sum(input_bytes(u) for u, _ in a[0]))
+                                    cost=lambda a: sum(sizes[u.label] for u, _ in a[0]))
             try:
                 for gkey, res, gerr in results:
                     for label in members[gkey]:
@@ -416,7 +420,7 @@ def convert(inputs: list, out: Path, hardware: str | None = None, workers: int =
         "inputs_unchanged": skipped,
         "inputs_failed": len(errors),
         "errors": errors,
-        "inputs_dropped": dropped or [],
+        "inputs_dropped": dropped,
         "orphans_removed": removed,
         "catalog": catalog_built,
         "seconds": round(time.perf_counter() - t0, 3),
@@ -445,21 +449,19 @@ def _outputs_exist(out: Path, entry: dict) -> bool:
     return all((out / rel).exists() for rel in entry.get("outputs", []))
 
 
-def _leave_groups(out: Path, manifest: dict, labels: set) -> list[str] | None:
+def _leave_groups(out: Path, manifest: dict, labels: set) -> list[str]:
     """Take the inputs ``labels`` (about to be converted again) out of the manifest and out of their groups' shards.
 
     Each old group's shards are rewritten without those inputs' rows (filtered on ``source_file``, which is the
     label of an Ansor log, the only kind that shares a group) under a new group name; its other members keep their
     rows untouched and point at the new shards; the old shards become orphans. A group with a shard missing cannot
     be filtered: its members not in ``labels`` are dropped from the manifest and returned (pass them again to
-    convert them). Returns None when nothing left a group."""
+    convert them)."""
     inputs = manifest["inputs"]
     by_group: dict[str, tuple[list, set]] = {}
     for label in sorted(labels):
         e = inputs.pop(label)
-        by_group.setdefault(e.get("group", e["key"]), (e.get("outputs", []), set()))[1].add(label)
-    if not by_group:
-        return None
+        by_group.setdefault(e["group"], (e["outputs"], set()))[1].add(label)
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
@@ -467,7 +469,7 @@ def _leave_groups(out: Path, manifest: dict, labels: set) -> list[str] | None:
 
     dropped: list[str] = []
     for g, (outputs, gone) in sorted(by_group.items()):
-        stay = sorted(label for label, e in inputs.items() if e.get("group", e["key"]) == g)
+        stay = sorted(label for label, e in inputs.items() if e["group"] == g)
         if not stay:
             continue
         if not all((out / rel).exists() for rel in outputs):
