@@ -186,14 +186,33 @@ def _nearest_first(dist: np.ndarray, m: int) -> list[np.ndarray]:
     return out
 
 
+KMEANS_GRID = 1024.0  # k-means coordinates (standardised units) are whole multiples of 1/1024 ...
+KMEANS_CLIP = 64.0  # ... within +-64 standard deviations
+
+
+def _on_grid(x: np.ndarray) -> np.ndarray:
+    """``x`` in whole units of 1/KMEANS_GRID (float64 holding integers of at most 2^16 in magnitude)."""
+    return np.round(np.clip(x, -KMEANS_CLIP, KMEANS_CLIP) * KMEANS_GRID)
+
+
 def _kmeans_pick(x: np.ndarray, k: int, rng: np.random.Generator, iters: int = 8) -> np.ndarray:
     """Indices of the k points nearest k-means centres (k-means++ init, Lloyd iterations).
 
     Vectorised: squared distances as |x|^2 - 2 x.c + |c|^2 (one matrix product), centre updates as an
-    assignment-matrix product, nearest-unpicked resolution over one argsort of the distance matrix."""
+    assignment-matrix product, nearest-unpicked resolution over one argsort of the distance matrix.
+
+    Exact on every CPU: points and centres lie on a grid of 1/KMEANS_GRID (``_on_grid``; centres are rounded back
+    onto it), so every product and sum is an integer below 2^53 (|coordinate| <= 2^16, fewer than 2^21 features)
+    and float64 holds it exactly whatever order the BLAS kernel adds in. With raw coordinates the matrix products
+    differ in their last bits between OpenBLAS's kernels for different CPUs (AVX-512 against AVX2), which moved
+    near-ties and so which records a pruning run kept: reports/pca.md regenerated on another machine no longer
+    matched."""
     n = len(x)
     if k >= n:
         return np.arange(n)
+    if x.shape[1] >= 1 << 21:
+        raise ValueError(f"k-means over {x.shape[1]} features: products would leave float64's exact integers")
+    x = _on_grid(x)
     xx = (x * x).sum(1)
     first = x[rng.integers(n)]
     c = np.empty((k, x.shape[1]), x.dtype)
@@ -210,7 +229,7 @@ def _kmeans_pick(x: np.ndarray, k: int, rng: np.random.Generator, iters: int = 8
         onehot = np.zeros((k, n), x.dtype)
         onehot[a, rows] = 1.0
         nz = cnt > 0
-        c[nz] = (onehot @ x)[nz] / cnt[nz, None]
+        c[nz] = np.round((onehot @ x)[nz] / cnt[nz, None])
     dist = xx[:, None] - 2 * (x @ c.T) + (c * c).sum(1)[None]
     picked = np.empty(k, np.int64)
     taken = np.zeros(n, bool)
