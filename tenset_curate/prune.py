@@ -46,6 +46,10 @@
   p = 0.75 meets MI50's 0.45 bar and loses K80's two (top-1 at 0.45, PCA at 0.7), so p stays 1 (every other
   method, the random control above all, always allocates in proportion). Top share 0.02 on roller-mi50: 0.45
   (-0.24, -0.66), 0.7 (-1.46, -1.39).
+  The numbers above came from the float k-means on an AVX-512 machine. With k-means on its exact grid (session 11,
+  any CPU; reports/prune*.md) the defaults give roller-k80 0.45 (-0.16, +0.10), 0.7 (-0.91, -0.38); roller-mi50
+  0.45 (-0.39, -0.32), 0.7 (-1.47, -1.82): the same setting moved by up to 0.11 PCA and 0.57 top-1 points, the
+  size of the seed noise, so differences of that size between settings above decide nothing.
 
 Invariants (checked): deterministic for a seed; every (hardware, task) keeps its best valid record and at least
 ``min_keep`` records (or all it has); the achieved ratio is within 1% of the request whenever the minimums allow;
