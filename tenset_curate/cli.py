@@ -204,9 +204,13 @@ def train(
     raw_tokens: bool = typer.Option(False, "--raw-tokens",
                                     help="attention: the schedule tokens as they are only (the within-task flat "
                                          "features stay as --task-relative/--raw-features says)"),
+    fine_tune: str = typer.Option("auto", help="after training, go on training on these hardware's training "
+                                  "records alone (comma-separated names); auto: the test hardware of a few-shot "
+                                  "split (it also trains, beside other hardware); none: never"),
     json_out: bool = typer.Option(False, "--json"),
 ):
-    """Train a cost model on a split's train part (early stopping on valid PCA)."""
+    """Train a cost model on a split's train part (early stopping on valid PCA); fine-tune on the target
+    hardware of a few-shot split."""
     from .training import train_model
 
     if raw_tokens and model != "attention":
@@ -214,9 +218,19 @@ def train(
     hp = {} if task_relative is None else {"task_relative": task_relative}
     if model == "attention" and (task_relative is False or raw_tokens):
         hp["token_relative"] = False
-    s = train_model(dataset, split, model, out, epochs=epochs, device=device, seed=seed, progress=not json_out,
-                    balance_hardware=balance_hardware, **hp)
-    _print_json(s) if json_out else typer.echo(f"model {model} -> {out}: valid {s.get('valid')}")
+    try:
+        s = train_model(dataset, split, model, out, epochs=epochs, device=device, seed=seed,
+                        progress=not json_out, balance_hardware=balance_hardware, fine_tune=fine_tune, **hp)
+    except (ValueError, FileNotFoundError) as e:
+        _fail(str(e))
+    if json_out:
+        _print_json(s)
+        return
+    ft = s.get("fine_tuned")
+    typer.echo(f"model {model} -> {out}: valid {s.get('valid')}" + (
+        f"; fine-tuned on {', '.join(ft['hardware'])} ({ft['records']} records, "
+        + ("kept the weights before it" if ft["best_epoch"] is None else f"best at fine-tuning step {ft['best_epoch']}")
+        + ")" if ft else ""))
 
 
 @app.command()

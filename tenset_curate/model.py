@@ -85,6 +85,15 @@ Tokens centred within the task (``token_relative``, attention only, on by defaul
     0.597 / 0.633 / 0.785 -> 0.645 / 0.751 / 0.833 (random top-1 0.653). Directories saved before it existed load
     with it off.
 
+Fine-tuning (``Ranker.fine_tune``; ``training.fit_on_frame`` calls it for a few-shot split's target hardware)
+    A fitted model goes on training on one part of the data alone, typically the records of the hardware it will
+    rank: the torch models for ``finetune_epochs`` (8) at ``finetune_lr`` (default: the model's ``lr``) with the same
+    LR schedule, keeping the input normalisers of the first fit; LightGBM boosts up to ``finetune_rounds`` (300)
+    more trees on top of the fitted trees up to their best iteration (``init_model``). With a validation part, early
+    stopping on its PCA keeps the best epoch, and the model before fine-tuning counts as a candidate: fine-tuning
+    never ends worse on the validation records than it started (``fine_tuned["best_epoch"]`` is None then).
+    ``fine_tuned`` (records, best epoch, seconds, and the hardware ``fit_on_frame`` adds) is saved in config.json.
+
 Reproducibility
     ``seed`` seeds torch (``torch.manual_seed``) and the numpy batch sampler;
     ``deterministic=True`` turns on ``torch.use_deterministic_algorithms`` (warn-only, restored
@@ -370,12 +379,20 @@ class Ranker:
         self.history: list[dict] = []
         self.best_epoch: int | None = None
         self.fit_seconds: float | None = None
+        # after fine_tune: {"records", "best_epoch" (None: the weights before fine-tuning stayed best), "seconds"}
+        # plus what the caller adds (training.fit_on_frame: the hardware)
+        self.fine_tuned: dict | None = None
 
     # ---- to implement -------------------------------------------------------------------
     def fit(self, train: dict, valid: dict | None = None) -> "Ranker":
         raise NotImplementedError
 
     def predict(self, data: dict) -> np.ndarray:
+        raise NotImplementedError
+
+    def fine_tune(self, train: dict, valid: dict | None = None) -> "Ranker":
+        """Go on training a fitted model on ``train`` only (typically the records of the hardware it will rank),
+        keeping what it learnt; with ``valid``, never ends worse on it than it started. Sets ``fine_tuned``."""
         raise NotImplementedError
 
     def _save_weights(self, path: Path) -> None:
@@ -418,6 +435,7 @@ class Ranker:
             "data_manifest_hash": self.data_manifest_hash,
             "history": self.history,
             "best_epoch": self.best_epoch,
+            "fine_tuned": self.fine_tuned,
             "fit_seconds": self.fit_seconds,
             "weights": self.weights_file,
             "library_versions": self._library_versions(),
@@ -487,6 +505,7 @@ class Ranker:
         obj.input_dims = cfg.get("input_dims")
         obj.history = cfg.get("history") or []
         obj.best_epoch = cfg.get("best_epoch")
+        obj.fine_tuned = cfg.get("fine_tuned")
         obj.fit_seconds = cfg.get("fit_seconds")
         if obj.input_dims is None:
             raise ModelLoadError(f"{directory}: config.json has no input_dims (model never fitted?)")
@@ -647,6 +666,7 @@ class _TorchRanker(Ranker):
         lr_gamma=0.5, warmup_steps=0, grad_clip=1.0, tasks_per_batch=8, records_per_task=64,
         batching="task", loss="lambdarank", sigma=1.0, patience=5, min_delta=1e-4, task_relative=False,
         infer_batch_size=1024, device="cpu", num_threads=None, deterministic=True,
+        finetune_epochs=8, finetune_lr=None,
     )
 
     # subclasses: _build_net(), _net_inputs(arrays, idx, device), _feature_arrays(data),
@@ -679,100 +699,149 @@ class _TorchRanker(Ranker):
         import torch
 
         hp = self.hparams
-        if hp["loss"] not in _LOSSES:
-            raise ValueError(f"loss must be one of {sorted(_LOSSES)}, got {hp['loss']!r}")
-        if hp["batching"] not in ("task", "mixed"):
-            raise ValueError("batching must be 'task' or 'mixed'")
         t0 = time.perf_counter()
-        arrays = self._feature_arrays(train)
-        task_ids = _as(train, "task_ids", np.int64, 1)
-        labels = _as(train, "labels", np.float32, 1)
-        arrays_all = dict(arrays, task_ids=task_ids, labels=labels)
-        _n_records(arrays_all)
-        if not np.all(np.isfinite(labels)):
-            raise ValueError("training labels must be finite (drop invalid records before fit)")
-        self.input_dims = self._dims(arrays)
-        if valid is not None:
-            v_arrays = self._feature_arrays(valid)
-            self._check_dims(self._dims(v_arrays))
-            v_tasks = _as(valid, "task_ids", np.int64, 1)
-            v_labels = _as(valid, "labels", np.float32, 1)
-        groups = _task_groups(task_ids, 2)
-        if not groups:
-            raise ValueError("training data has no task with >= 2 records")
-        n_train = int(sum(g.size for g in groups))
-        rng = np.random.default_rng(self.seed)
-        dev = self.device
-        self.history, self.best_epoch = [], None
+        self.input_dims = None
+        data = self._training_arrays(train, valid)
+        self.history, self.best_epoch, self.fine_tuned = [], None, None
         with _torch_env(hp["num_threads"], hp["deterministic"]):
             torch.manual_seed(self.seed)
             net = self._build_net()
-            self._init_normalizer(net, arrays)
-            net.to(dev)
-            opt = torch.optim.Adam(net.parameters(), lr=hp["lr"], weight_decay=hp["weight_decay"],
-                                   foreach=True)
-            steps_per_epoch = len(_plan_epoch(groups, n_train, np.random.default_rng(0),
-                                              hp["tasks_per_batch"], hp["records_per_task"], hp["batching"]))
-            sched = self._scheduler(opt, steps_per_epoch)
-            loss_fn = _LOSSES[hp["loss"]]
-            best_pca, best_state, bad = -np.inf, None, 0
-            for epoch in range(hp["epochs"]):
-                te = time.perf_counter()
-                net.train()
-                batches = _plan_epoch(groups, n_train, rng, hp["tasks_per_batch"],
-                                      hp["records_per_task"], hp["batching"])
-                tot_loss, n_steps, n_seen = 0.0, 0, 0
-                bar = _progress(batches, self.progress, desc=f"{self.kind} epoch {epoch}", unit="batch")
-                for chunks in bar:
-                    idx = np.concatenate(chunks)
-                    sizes = np.fromiter((c.size for c in chunks), dtype=np.int64, count=len(chunks))
-                    scores = net(*self._net_inputs(arrays, idx, dev))
-                    y = torch.from_numpy(labels[idx]).to(dev)
-                    S, Y, M = _pad_groups(scores, y, sizes)
-                    loss, n_pairs = loss_fn(S, Y, M, sigma=hp["sigma"])
-                    n_seen += idx.size
-                    if n_pairs:
-                        opt.zero_grad(set_to_none=True)
-                        loss.backward()
-                        if hp["grad_clip"]:
-                            torch.nn.utils.clip_grad_norm_(net.parameters(), hp["grad_clip"])
-                        opt.step()
-                        tot_loss += float(loss.detach())
-                        n_steps += 1
-                    if sched is not None:
-                        sched.step()
-                    if n_steps and n_steps % 20 == 0:
-                        bar.set_postfix(loss=f"{tot_loss / n_steps:.4f}")
-                train_s = time.perf_counter() - te
-                rec = {"epoch": epoch, "train_loss": tot_loss / max(n_steps, 1),
-                       "lr": opt.param_groups[0]["lr"], "train_records_per_s": n_seen / max(train_s, 1e-9),
-                       "train_seconds": train_s}
-                if valid is not None:
-                    vp = self._predict_arrays(net, v_arrays)
-                    m = _metrics.evaluate_predictions(v_tasks, v_labels, vp)
-                    rec.update({f"valid_{k}": v for k, v in _summary(m).items()})
-                    pca = m["pca"]
-                    if pca > best_pca + hp["min_delta"]:
-                        best_pca, bad, self.best_epoch = pca, 0, epoch
-                        best_state = {k: v.detach().clone() for k, v in net.state_dict().items()}
-                    else:
-                        bad += 1
-                self.history.append(_json_safe(rec))
-                if valid is not None and bad >= hp["patience"]:
-                    break
-            if best_state is not None:
-                net.load_state_dict(best_state)
-            else:
-                self.best_epoch = len(self.history) - 1
+            self._init_normalizer(net, data["arrays"])
+            net.to(self.device)
+            self.best_epoch = self._run_epochs(net, data, int(hp["epochs"]), float(hp["lr"]),
+                                               np.random.default_rng(self.seed), phase="fit")
         self.net = net.eval()
         self.fit_seconds = time.perf_counter() - t0
         return self
 
-    def _scheduler(self, opt, steps_per_epoch: int):
+    def fine_tune(self, train: dict, valid: dict | None = None) -> "_TorchRanker":
+        """Go on training the fitted network on ``train`` alone (``finetune_epochs`` at ``finetune_lr``, default the
+        model's ``lr``, with the same LR schedule), keeping its input normalisers; with ``valid``, the epoch of best validation PCA is kept, and the
+        weights before fine-tuning win when no epoch beats them."""
+        import torch
+
+        self._require_fitted()
+        hp = self.hparams
+        t0 = time.perf_counter()
+        data = self._training_arrays(train, valid)
+        with _torch_env(hp["num_threads"], hp["deterministic"]):
+            torch.manual_seed(self.seed + 1)
+            lr = hp["lr"] if hp["finetune_lr"] is None else hp["finetune_lr"]
+            best = self._run_epochs(self.net, data, int(hp["finetune_epochs"]), float(lr),
+                                    np.random.default_rng(self.seed + 1), phase="fine-tune")
+        self.net.eval()
+        self.fine_tuned = {"records": int(len(data["labels"])), "best_epoch": best,
+                           "seconds": round(time.perf_counter() - t0, 2)}
+        self.fit_seconds = (self.fit_seconds or 0.0) + time.perf_counter() - t0
+        return self
+
+    def _training_arrays(self, train: dict, valid: dict | None) -> dict:
+        """Checked model inputs of a training part and its validation part. An unfitted model takes its input
+        dimensions from ``train``; a fitted one refuses other dimensions."""
+        hp = self.hparams
+        if hp["loss"] not in _LOSSES:
+            raise ValueError(f"loss must be one of {sorted(_LOSSES)}, got {hp['loss']!r}")
+        if hp["batching"] not in ("task", "mixed"):
+            raise ValueError("batching must be 'task' or 'mixed'")
+        arrays = self._feature_arrays(train)
+        task_ids = _as(train, "task_ids", np.int64, 1)
+        labels = _as(train, "labels", np.float32, 1)
+        _n_records(dict(arrays, task_ids=task_ids, labels=labels))
+        if not np.all(np.isfinite(labels)):
+            raise ValueError("training labels must be finite (drop invalid records before fit)")
+        if self.input_dims is None:
+            self.input_dims = self._dims(arrays)
+        else:
+            self._check_dims(self._dims(arrays))
+        groups = _task_groups(task_ids, 2)
+        if not groups:
+            raise ValueError("training data has no task with >= 2 records")
+        out = {"arrays": arrays, "labels": labels, "groups": groups, "valid": None}
+        if valid is not None:
+            v_arrays = self._feature_arrays(valid)
+            self._check_dims(self._dims(v_arrays))
+            out["valid"] = (v_arrays, _as(valid, "task_ids", np.int64, 1), _as(valid, "labels", np.float32, 1))
+        return out
+
+    def _run_epochs(self, net, data: dict, epochs: int, lr: float, rng: np.random.Generator,
+                    phase: str) -> int | None:
+        """Train ``net`` in place for up to ``epochs`` epochs (Adam at ``lr``, the LR schedule, early stopping on
+        validation PCA with ``patience``), leave it holding the best validation epoch's weights and return that
+        epoch (with no validation part: the last epoch). Fine-tuning counts the weights it started from as
+        epoch -1 and returns None when they stay the best. Appends one ``history`` entry per epoch."""
         import torch
 
         hp = self.hparams
-        total = max(1, hp["epochs"] * steps_per_epoch)
+        arrays, labels, groups = data["arrays"], data["labels"], data["groups"]
+        n_train = int(sum(g.size for g in groups))
+        dev = self.device
+        opt = torch.optim.Adam(net.parameters(), lr=lr, weight_decay=hp["weight_decay"], foreach=True)
+        steps_per_epoch = len(_plan_epoch(groups, n_train, np.random.default_rng(0),
+                                          hp["tasks_per_batch"], hp["records_per_task"], hp["batching"]))
+        sched = self._scheduler(opt, steps_per_epoch, epochs)
+        loss_fn = _LOSSES[hp["loss"]]
+
+        def valid_metrics():
+            v_arrays, v_tasks, v_labels = data["valid"]
+            return _metrics.evaluate_predictions(v_tasks, v_labels, self._predict_arrays(net, v_arrays))
+
+        best_pca, best_state, best_epoch, bad = -np.inf, None, None, 0
+        if phase == "fine-tune" and data["valid"] is not None:
+            best_pca = valid_metrics()["pca"]
+            best_state = {k: v.detach().clone() for k, v in net.state_dict().items()}
+        for epoch in range(epochs):
+            te = time.perf_counter()
+            net.train()
+            batches = _plan_epoch(groups, n_train, rng, hp["tasks_per_batch"], hp["records_per_task"], hp["batching"])
+            tot_loss, n_steps, n_seen = 0.0, 0, 0
+            bar = _progress(batches, self.progress, desc=f"{self.kind} {phase} epoch {epoch}", unit="batch")
+            for chunks in bar:
+                idx = np.concatenate(chunks)
+                sizes = np.fromiter((c.size for c in chunks), dtype=np.int64, count=len(chunks))
+                scores = net(*self._net_inputs(arrays, idx, dev))
+                y = torch.from_numpy(labels[idx]).to(dev)
+                S, Y, M = _pad_groups(scores, y, sizes)
+                loss, n_pairs = loss_fn(S, Y, M, sigma=hp["sigma"])
+                n_seen += idx.size
+                if n_pairs:
+                    opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                    if hp["grad_clip"]:
+                        torch.nn.utils.clip_grad_norm_(net.parameters(), hp["grad_clip"])
+                    opt.step()
+                    tot_loss += float(loss.detach())
+                    n_steps += 1
+                if sched is not None:
+                    sched.step()
+                if n_steps and n_steps % 20 == 0:
+                    bar.set_postfix(loss=f"{tot_loss / n_steps:.4f}")
+            train_s = time.perf_counter() - te
+            rec = {"epoch": epoch, "train_loss": tot_loss / max(n_steps, 1),
+                   "lr": opt.param_groups[0]["lr"], "train_records_per_s": n_seen / max(train_s, 1e-9),
+                   "train_seconds": train_s}
+            if phase != "fit":
+                rec["phase"] = phase
+            if data["valid"] is not None:
+                m = valid_metrics()
+                rec.update({f"valid_{k}": v for k, v in _summary(m).items()})
+                if m["pca"] > best_pca + hp["min_delta"]:
+                    best_pca, bad, best_epoch = m["pca"], 0, epoch
+                    best_state = {k: v.detach().clone() for k, v in net.state_dict().items()}
+                else:
+                    bad += 1
+            self.history.append(_json_safe(rec))
+            if data["valid"] is not None and bad >= hp["patience"]:
+                break
+        if best_state is not None:
+            net.load_state_dict(best_state)
+            return best_epoch
+        return epoch if epochs else None
+
+    def _scheduler(self, opt, steps_per_epoch: int, epochs: int):
+        import torch
+
+        hp = self.hparams
+        total = max(1, epochs * steps_per_epoch)
         warm = int(hp["warmup_steps"])
         kind = hp["lr_schedule"]
         if kind == "constant":
@@ -1040,6 +1109,7 @@ class GBDTRanker(Ranker):
         min_data_in_leaf=20, feature_fraction=0.9, lambda_l2=0.0, max_bin=255,
         lambdarank_truncation_level=64, n_grades=16, grade_mode="quantile", label_gain=None,
         max_group_size=64, early_stopping_rounds=100, eval_every=10, num_threads=None, task_relative=True,
+        finetune_rounds=300,
     )
     # directories saved before the within-task features existed were trained on the raw flat features
     _legacy_hparams = dict(task_relative=False)
@@ -1073,25 +1143,66 @@ class GBDTRanker(Ranker):
         return _metrics.cap_queries(order, np.asarray(task_ids)[order], cap, rng)
 
     def fit(self, train: dict, valid: dict | None = None) -> "GBDTRanker":
+        t0 = time.perf_counter()
+        self.input_dims = None
+        self.history, self.best_epoch, self.fine_tuned = [], None, None
+        self.booster = self._boost(train, valid, int(self.hparams["n_estimators"]), None)
+        best = self.booster.best_iteration
+        self.best_epoch = int(best) if best and best > 0 else self.booster.current_iteration()
+        self.fit_seconds = time.perf_counter() - t0
+        return self
+
+    def fine_tune(self, train: dict, valid: dict | None = None) -> "GBDTRanker":
+        """Boost up to ``finetune_rounds`` more trees on ``train`` alone, on top of the fitted model's trees up to
+        its best iteration (LightGBM's ``init_model``); with ``valid``, early stopping on its PCA, and the model
+        before fine-tuning wins when the new trees do not beat it."""
+        import lightgbm as lgb
+
+        self._require_fitted()
+        t0 = time.perf_counter()
+        base = lgb.Booster(model_str=self.booster.model_to_string(num_iteration=self.best_epoch))
+        n0 = base.current_iteration()
+        start_pca = None
+        if valid is not None:
+            start_pca = _metrics.evaluate_predictions(valid["task_ids"], valid["labels"], self.predict(valid))["pca"]
+        booster = self._boost(train, valid, int(self.hparams["finetune_rounds"]), base)
+        best = booster.best_iteration if booster.best_iteration and booster.best_iteration > 0 else None
+        end = best or booster.current_iteration()
+        best_pca = max((h["valid_pca"] for h in self.history if h.get("phase") == "fine-tune"), default=None)
+        kept = valid is None or (best_pca is not None and best_pca > start_pca)
+        if kept:
+            self.booster, self.best_epoch = booster, int(end)
+        else:
+            self.booster, self.best_epoch = base, n0
+        self.fine_tuned = {"records": int(len(train["labels"])), "best_epoch": int(end) - n0 if kept else None,
+                           "seconds": round(time.perf_counter() - t0, 2)}
+        self.fit_seconds = (self.fit_seconds or 0.0) + time.perf_counter() - t0
+        return self
+
+    def _boost(self, train: dict, valid: dict | None, n_rounds: int, init_model):
+        """LightGBM over ``train`` (queries = tasks cut to ``max_group_size``), early stopping on the validation
+        PCA every ``eval_every`` rounds; ``init_model``: boost on top of these trees (fine-tuning)."""
         import lightgbm as lgb
 
         hp = self.hparams
-        t0 = time.perf_counter()
+        phase = "fit" if init_model is None else "fine-tune"
         flat = _as(train, "flat", np.float32, 2)
         task_ids = _as(train, "task_ids", np.int64, 1)
         labels = _as(train, "labels", np.float32, 1)
         _n_records({"flat": flat, "task_ids": task_ids, "labels": labels})
         if not np.all(np.isfinite(labels)):
             raise ValueError("training labels must be finite (drop invalid records before fit)")
-        self.input_dims = {"flat_dim": int(flat.shape[1])}
+        if self.input_dims is None:
+            self.input_dims = {"flat_dim": int(flat.shape[1])}
+        else:
+            self._check_dims({"flat_dim": int(flat.shape[1])})
         flat = self.flat_inputs(train, flat)
-        rng = np.random.default_rng(self.seed)
+        rng = np.random.default_rng(self.seed + (0 if init_model is None else 2))
         rows, sizes = self.query_layout(task_ids, rng)
         grades = relevance_grades(task_ids, labels, hp["n_grades"], hp["grade_mode"])
         params = self._params()
         dtrain = lgb.Dataset(flat[rows], grades[rows], group=sizes, params={"max_bin": hp["max_bin"]},
                              free_raw_data=True)
-        self.history, self.best_epoch = [], None
         callbacks = []
         feval = None
         valid_sets = None
@@ -1116,22 +1227,19 @@ class GBDTRanker(Ranker):
                     m = _metrics.evaluate_predictions(vt, vl, preds)
                     state["last"] = m["pca"]
                     self.history.append(_json_safe(
-                        {"iteration": it, **{f"valid_{k}": v for k, v in _summary(m).items()}}))
+                        {"iteration": it, **({"phase": phase} if init_model is not None else {}),
+                         **{f"valid_{k}": v for k, v in _summary(m).items()}}))
                 return "pca", state["last"], True
 
             callbacks.append(lgb.early_stopping(int(hp["early_stopping_rounds"]), verbose=False))
-        n_rounds = int(hp["n_estimators"])
-        bar = _progress(range(n_rounds), self.progress, desc="gbdt", unit="tree")
+        bar = _progress(range(n_rounds), self.progress, desc=f"gbdt {phase}", unit="tree")
         if not getattr(bar, "disable", True):
             callbacks.append(lambda env: bar.update(1))
-        self.booster = lgb.train(params, dtrain, num_boost_round=n_rounds, valid_sets=valid_sets,
-                                 valid_names=["valid"] if valid_sets else None, feval=feval,
-                                 callbacks=callbacks)
+        booster = lgb.train(params, dtrain, num_boost_round=n_rounds, valid_sets=valid_sets,
+                            valid_names=["valid"] if valid_sets else None, feval=feval,
+                            callbacks=callbacks, init_model=init_model)
         bar.close()
-        best = self.booster.best_iteration
-        self.best_epoch = int(best) if best and best > 0 else self.booster.current_iteration()
-        self.fit_seconds = time.perf_counter() - t0
-        return self
+        return booster
 
     def predict(self, data: dict) -> np.ndarray:
         self._require_fitted()

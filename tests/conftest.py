@@ -85,3 +85,22 @@ def k80_mi50_dataset(tmp_path_factory) -> Path:
             shutil.copyfile(ansor / hw / r, base / "in" / hw / r)
     convert([base / "in" / "roller-k80", base / "in" / "roller-mi50"], base / "ds", workers=1)
     return base / "ds"
+
+
+@pytest.fixture(scope="session")
+def pooling_few_shot_dataset(tmp_path_factory) -> Path:
+    """roller-k80's and roller-mi50's pooling logs converted into one dataset, with the few-shot hardware split
+    ``fs`` (K80 trains, 10% of MI50 moved into training, the rest of MI50 tested). Tests add their own splits (under
+    distinct names) and write nothing else."""
+    from tenset_curate.convert import convert
+    from tenset_curate.splits import write_split
+
+    ansor = _REAL / "ansor"
+    if not (ansor / "roller-k80" / "pooling").is_dir() or not (ansor / "roller-mi50" / "pooling").is_dir():
+        pytest.skip(f"roller-k80 / roller-mi50 pooling logs not found under {ansor}")
+    base = tmp_path_factory.mktemp("pooling-fs")
+    for hw in ("roller-k80", "roller-mi50"):
+        shutil.copytree(ansor / hw / "pooling", base / "logs" / hw)
+    convert([base / "logs" / "roller-k80", base / "logs" / "roller-mi50"], base / "ds", workers=2)
+    write_split(base / "ds", "fs", "hardware", train_hw=["roller-k80"], test_hw=["roller-mi50"], few_shot=0.1, seed=0)
+    return base / "ds"

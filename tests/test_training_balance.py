@@ -2,29 +2,15 @@
 few-shot hardware split: roller-k80 pooling logs in training, 10% of roller-mi50's moved in."""
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-from tenset_curate.convert import convert
-from tenset_curate.splits import write_split
 from tenset_curate.training import arrays, balanced_rows, hardware_repeats, labelled_split
-
-REAL = Path(__file__).resolve().parents[2] / "shared" / "realdata" / "ansor"
-pytestmark = pytest.mark.skipif(not REAL.exists(), reason="../shared/realdata not present")
 
 
 @pytest.fixture(scope="module")
-def few_shot(tmp_path_factory):
-    root = tmp_path_factory.mktemp("fs")
-    for hw in ("roller-k80", "roller-mi50"):
-        shutil.copytree(REAL / hw / "pooling", root / "logs" / hw)
-    ds = root / "ds"
-    convert([root / "logs" / "roller-k80", root / "logs" / "roller-mi50"], ds, workers=2)
-    write_split(ds, "fs", "hardware", train_hw=["roller-k80"], test_hw=["roller-mi50"], few_shot=0.1, seed=0)
-    return labelled_split(ds, "fs")
+def few_shot(pooling_few_shot_dataset):
+    return labelled_split(pooling_few_shot_dataset, "fs")
 
 
 def test_few_shot_hardware_is_repeated_by_the_square_root_of_the_size_ratio(few_shot):
