@@ -1,6 +1,7 @@
 """Cost-model quality on the issue's splits of the real GPU logs: attention vs GBDT vs MLP vs random.
 
     python benchmarks/model_splits.py [--realdata ../shared/realdata] [--epochs 24] [--models attention gbdt mlp]
+        [--splits ...] [--seeds 0 1 2] [--merge]
 
 Converts roller-k80 and roller-mi50 (cached under --work), makes the splits of issue #6 and trains each model on the
 train part (valid part for early stopping), scoring TenSet's metrics on the test part:
@@ -21,6 +22,8 @@ import json
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
 
 
 from tenset_curate.convert import convert
@@ -54,6 +57,21 @@ def split_frame(ds: dict[str, Path], name: str):
     return labelled_split(ds[which], name)
 
 
+# the table above this line is written by each run; the notes below it (analyses, older tables) are kept
+NOTES_MARK = "<!-- benchmarks/model_splits.py writes everything above this line and keeps the notes below -->"
+
+
+def _seeds(row: dict) -> str:
+    if row["model"] == "random":
+        return "-"
+    return " ".join(str(x) for x in row.get("seeds", [0]))
+
+
+def _cell(row: dict, k: str) -> str:
+    sd = row.get(f"{k}_sd")
+    return f"{row[k]:.3f}" + (f" +- {sd:.3f}" if sd is not None else "")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--realdata", default=str(Path(__file__).resolve().parents[2] / "shared" / "realdata"))
@@ -61,6 +79,8 @@ def main(argv=None):
     ap.add_argument("--epochs", type=int, default=24)
     ap.add_argument("--models", nargs="+", default=["attention", "gbdt", "mlp"])
     ap.add_argument("--splits", nargs="+", default=list(SPLITS))
+    ap.add_argument("--seeds", nargs="+", type=int, default=[0],
+                    help="train each model once per seed; the table shows the mean and the sd over seeds")
     ap.add_argument("--out", default="reports/model_splits.md")
     ap.add_argument("--merge", action="store_true",
                     help="keep the rows of --out's JSON for the (split, model) pairs this run does not train")
@@ -79,14 +99,26 @@ def main(argv=None):
                      "seconds": 0})
         for kind in a.models:
             hp = {"num_threads": 1} if kind == "attention" else {}
-            t0 = time.perf_counter()
-            m, _ = fit_on_frame(df, kind, seed=0, epochs=a.epochs, **hp)
-            secs = time.perf_counter() - t0
-            r = evaluate_predictions(test["task_ids"], test["labels"], m.predict(test))
-            rows.append({"split": name, "model": kind, **{k: round(float(r[k]), 4) for k in ("pca", "top1", "top5")},
-                         "train_records": int((part == "train").sum()), "test_records": int((part == "test").sum()),
-                         "seconds": round(secs, 1)})
-            print(json.dumps(rows[-1]), flush=True)
+            runs = []
+            for seed in a.seeds:
+                t0 = time.perf_counter()
+                m, _ = fit_on_frame(df, kind, seed=seed, epochs=a.epochs, **hp)
+                secs = time.perf_counter() - t0
+                r = evaluate_predictions(test["task_ids"], test["labels"], m.predict(test))
+                runs.append({"seed": seed, **{k: round(float(r[k]), 4) for k in ("pca", "top1", "top5")},
+                             "seconds": round(secs, 1), **({"fine_tuned": m.fine_tuned} if m.fine_tuned else {})})
+                print(json.dumps({"split": name, "model": kind, **runs[-1]}), flush=True)
+            row = {"split": name, "model": kind, "train_records": int((part == "train").sum()),
+                   "test_records": int((part == "test").sum()),
+                   "seconds": round(float(np.mean([x["seconds"] for x in runs])), 1), "seeds": a.seeds}
+            for k in ("pca", "top1", "top5"):
+                v = np.array([x[k] for x in runs])
+                row[k] = round(float(v.mean()), 4)
+                if len(runs) > 1:
+                    row[f"{k}_sd"] = round(float(v.std(ddof=1)), 4)
+            if len(runs) > 1:
+                row["runs"] = runs
+            rows.append(row)
     if a.merge and Path(a.out).with_suffix(".json").is_file():
         done = {(r["split"], r["model"]) for r in rows}
         old = [r for r in json.loads(Path(a.out).with_suffix(".json").read_text())
@@ -95,13 +127,17 @@ def main(argv=None):
         rows = sorted(old + rows, key=lambda r: (order.get(r["split"], 99), r["model"] != "random", r["model"]))
     lines = ["# Cost models on the real GPU logs, per split", "",
              f"Command: `python {' '.join(['benchmarks/model_splits.py', *(argv if argv is not None else sys.argv[1:])])}`",
-             "", "Seed 0; test part of each split; TenSet's metrics (tenset_curate/metrics.py); `random` is the exact "
-             "expectation of a random ranking.", "",
-             "| split | model | PCA | top-1 | top-5 | train records | test records | train seconds |",
-             "|---|---|---:|---:|---:|---:|---:|---:|"]
-    lines += [f"| {r['split']} | {r['model']} | {r['pca']:.3f} | {r['top1']:.3f} | {r['top5']:.3f} | "
-              f"{r['train_records']} | {r['test_records']} | {r['seconds']} |" for r in rows]
-    Path(a.out).write_text("\n".join(lines) + "\n")
+             "", "Test part of each split; TenSet's metrics (tenset_curate/metrics.py); `random` is the exact "
+             "expectation of a random ranking. Several seeds: the mean, +- the sd over seeds; train seconds per seed.",
+             "",
+             "| split | model | seeds | PCA | top-1 | top-5 | train records | test records | train seconds |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    lines += [f"| {r['split']} | {r['model']} | {_seeds(r)} | {_cell(r, 'pca')} | {_cell(r, 'top1')} | "
+              f"{_cell(r, 'top5')} | {r['train_records']} | {r['test_records']} | {r['seconds']} |" for r in rows]
+    notes = ""
+    if Path(a.out).is_file() and NOTES_MARK in Path(a.out).read_text():
+        notes = Path(a.out).read_text().split(NOTES_MARK, 1)[1]
+    Path(a.out).write_text("\n".join(lines) + "\n\n" + NOTES_MARK + notes)
     Path(a.out).with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")
     print("\n".join(lines))
 

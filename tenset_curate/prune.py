@@ -50,6 +50,11 @@
   any CPU; reports/prune*.md) the defaults give roller-k80 0.45 (-0.16, +0.10), 0.7 (-0.91, -0.38); roller-mi50
   0.45 (-0.39, -0.32), 0.7 (-1.47, -1.82): the same setting moved by up to 0.11 PCA and 0.57 top-1 points, the
   size of the seed noise, so differences of that size between settings above decide nothing.
+  Tried in session 11 on the exact grid: k-means feature weights pulled towards |Spearman(feature, label)| within
+  the task (features that order the task's programs count more in the coverage). (PCA, top-1) against full:
+  roller-mi50 0.45 (-0.39, -0.32) -> (-0.50, +0.31), 0.7 (-1.47, -1.82) -> (-1.56, -0.68); roller-k80 0.45
+  (-0.16, +0.10) -> (-0.12, +0.02), 0.7 (-0.91, -0.38) -> (-0.97, -1.41). It trades PCA for top-1 on MI50 and
+  leaves MI50's PCA bars as far off, so it was dropped.
 
 Invariants (checked): deterministic for a seed; every (hardware, task) keeps its best valid record and at least
 ``min_keep`` records (or all it has); the achieved ratio is within 1% of the request whenever the minimums allow;
