@@ -1,13 +1,24 @@
 """``curate report pca``: the baselines and the attention model on a dataset's splits, full and pruned data.
 
 Deterministic on CPU (fixed seeds, one thread, metrics rounded to 3 decimals) so CI can regenerate the committed
-``reports/pca.md`` and fail when it no longer matches. Splits: within-task always; operator-wise (the most common
+``reports/pca.md`` and fail when it no longer matches. The same on every x86-64 CPU too: numpy, PyTorch and MKL pick
+SIMD code by CPU at run time, and their AVX2 and AVX-512 paths round differently (numpy's log2 and exp differ in the
+last bits, torch's kernels and MKL's GEMM too): trained on an AVX2 machine, the MLP and attention rows of the
+embedded sample moved by 0.001-0.08. ``pca_report`` therefore runs in a fresh process whose environment
+(``portable_numerics_env``) makes each library take its baseline code path, the one every x86-64 CPU runs: numpy
+with every dispatched SIMD target disabled, ``ATEN_CPU_CAPABILITY=default``, ``MKL_CBWR=COMPATIBLE``, OpenBLAS's
+Nehalem kernel. The library versions are pinned for CI by ``tests/constraints.txt``. Splits: within-task always; operator-wise (the most common
 non-trivial operator class held out) when the data has two or more classes; hardware-wise when it has two or more
 hardware names; network-wise when a networks table exists.
 """
 from __future__ import annotations
 
+import importlib
+import os
+import platform
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -37,8 +48,37 @@ def _splits(ds: Path) -> list[tuple[str, str, dict]]:
     return out
 
 
+PORTABLE_FLAG = "TENSET_CURATE_PORTABLE_NUMERICS"
+
+
+def _numpy_dispatch_targets() -> list[str]:
+    """The SIMD targets this numpy build dispatches to at run time (above its compiled baseline)."""
+    for name in ("numpy._core._multiarray_umath", "numpy.core._multiarray_umath"):
+        try:
+            return [str(t) for t in getattr(importlib.import_module(name), "__cpu_dispatch__", [])]
+        except ImportError:
+            continue
+    return []
+
+
+def portable_numerics_env() -> dict[str, str]:
+    """Environment variables under which numpy, PyTorch, MKL and OpenBLAS compute the same bits on every x86-64 CPU
+    (their baseline code paths; read at import, so they apply to a new process)."""
+    env = {PORTABLE_FLAG: "1", "ATEN_CPU_CAPABILITY": "default"}
+    targets = _numpy_dispatch_targets()
+    if targets:
+        env["NPY_DISABLE_CPU_FEATURES"] = " ".join(targets)
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        env.update(MKL_CBWR="COMPATIBLE", OPENBLAS_CORETYPE="Nehalem")
+    return env
+
+
 def pca_report(dataset: Path, out: Path, epochs: int = 24, ratio: float = 0.45, seed: int = 0,
                command: str | None = None) -> Path:
+    """Train the three models on full and pruned data of each split and write the Markdown table to ``out``; runs in
+    a fresh process under ``portable_numerics_env`` unless this process already is one (module docstring)."""
+    if os.environ.get(PORTABLE_FLAG) != "1":
+        return _in_portable_process(dataset, out, epochs, ratio, seed, command)
     from .metrics import evaluate_predictions, random_topk_expectation
     from .prune import prune
     from .splits import write_split
@@ -98,3 +138,34 @@ def pca_report(dataset: Path, out: Path, epochs: int = 24, ratio: float = 0.45, 
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out, "\n".join(lines) + "\n")
     return out
+
+
+def _in_portable_process(dataset, out, epochs, ratio, seed, command) -> Path:
+    """``pca_report`` run again by ``python -m tenset_curate.report`` under ``portable_numerics_env``."""
+    args = [sys.executable, "-m", "tenset_curate.report", "--dataset", str(dataset), "--out", str(out),
+            "--epochs", str(epochs), "--ratio", str(ratio), "--seed", str(seed)]
+    if command is not None:
+        args += ["--command", command]
+    r = subprocess.run(args, env={**os.environ, **portable_numerics_env()}, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"curate report pca failed in its portable-numerics process (exit {r.returncode}):\n"
+                           f"{r.stderr[-4000:]}")
+    return Path(out)
+
+
+def main(argv=None) -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m tenset_curate.report", description="pca_report in this process")
+    ap.add_argument("--dataset", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--epochs", type=int, default=24)
+    ap.add_argument("--ratio", type=float, default=0.45)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--command")
+    a = ap.parse_args(argv)
+    pca_report(Path(a.dataset), Path(a.out), a.epochs, a.ratio, a.seed, a.command)
+
+
+if __name__ == "__main__":
+    main()

@@ -2,7 +2,7 @@
 # The README's test command: installs the project with its test extras (CPU torch pinned) and runs the suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -m pip install -q -e '.[dev,tvm]'
+python3 -m pip install -q -c tests/constraints.txt -e '.[dev,tvm]'
 set +e
 python3 -m pytest -q -m "not slow" "$@"
 rc=$?
