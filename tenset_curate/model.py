@@ -716,8 +716,8 @@ class _TorchRanker(Ranker):
 
     def fine_tune(self, train: dict, valid: dict | None = None) -> "_TorchRanker":
         """Go on training the fitted network on ``train`` alone (``finetune_epochs`` at ``finetune_lr``, default the
-        model's ``lr``, with the same LR schedule), keeping its input normalisers; with ``valid``, the epoch of best validation PCA is kept, and the
-        weights before fine-tuning win when no epoch beats them."""
+        model's ``lr``, with the same LR schedule), keeping its input normalisers; with ``valid``, the epoch of best
+        validation PCA is kept, and the weights before fine-tuning win when no epoch beats them."""
         import torch
 
         self._require_fitted()

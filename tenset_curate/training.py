@@ -16,6 +16,7 @@ import polars as pl
 
 from .features import FEATURE_VERSION, featurize, operator_classes, task_centred_tokens, task_relative
 from .labels import with_labels
+from .model import _task_groups
 from .prune import load_records
 
 MODEL_KINDS = ["attention", "mlp", "gbdt"]
@@ -153,17 +154,11 @@ def fit_on_frame(df: pl.DataFrame, kind: str, seed: int = 0, epochs: int = 10, d
     if target:
         on = np.isin(d["groups"]["hardware"], target)
         tr = (part == "train") & on
-        if _task_groups_of(d["task_ids"][tr]):
+        if _task_groups(d["task_ids"][tr], 2):  # a ranking loss needs a task with two records
             va = (part == "valid") & on
             m.fine_tune(_part(d, tr), _part(d, va) if va.any() else None)
             m.fine_tuned["hardware"] = target
     return m, d
-
-
-def _task_groups_of(task_ids: np.ndarray) -> bool:
-    """Whether some task has two records or more (a ranking loss needs a pair)."""
-    _, counts = np.unique(task_ids, return_counts=True)
-    return bool((counts >= 2).any())
 
 
 def train_model(dataset: Path, split: str, kind: str, out: Path, epochs: int = 10, device: str = "cpu",
