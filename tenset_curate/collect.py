@@ -658,6 +658,36 @@ def _tune_one(ms, tvm, mod, task_name, tvm_target, work_dir, todo, trials_per_it
         cm = ms.cost_model.CostModel.create("xgb", num_tuning_cores=num_tuning_cores)
     else:
         cm = cost_model
+    with _unnamed_handlers_detached(MS_LOGGER):
+        _tune_tir(ms, tvm, mod, task_name, tvm_target, work_dir, todo, trials_per_iter, builder, runner, database,
+                  cm, num_tuning_cores, callbacks, population_size, seed)
+
+
+MS_LOGGER = "tvm.s_tir.meta_schedule"
+
+
+@contextlib.contextmanager
+def _unnamed_handlers_detached(name: str):
+    """Detach the handlers without a name from logger ``name`` for the block, and attach them again after it.
+
+    MetaSchedule's ``tune_tir`` rebuilds its logging with ``logging.config.dictConfig`` from the names of the handlers
+    already on its logger, and fails on an unnamed one (``'NoneType' object has no attribute 'format'`` in
+    ``meta_schedule/logging.py``). pytest 9.2 puts its unnamed capture handlers on that logger (it does not
+    propagate), and so can an application's own logging set-up."""
+    logger = logging.getLogger(name)
+    detached = [h for h in logger.handlers if h.get_name() is None]
+    for h in detached:
+        logger.removeHandler(h)
+    try:
+        yield detached
+    finally:
+        for h in detached:
+            if h not in logger.handlers:
+                logger.addHandler(h)
+
+
+def _tune_tir(ms, tvm, mod, task_name, tvm_target, work_dir, todo, trials_per_iter, builder, runner, database, cm,
+              num_tuning_cores, callbacks, population_size, seed) -> None:
     ms.tune_tir(
         mod=tvm.IRModule({task_name: mod["main"]}),
         target=tvm_target,

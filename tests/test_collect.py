@@ -326,3 +326,35 @@ def test_committed_sample_is_the_projects_own_collection():
         w, r = _read_db(d)
         assert not mine_hash & {h for h, _ in w}, d
         assert not mine_rec & {json.dumps(rec, sort_keys=True) for _, rec in r}, d
+
+
+@needs_tvm
+def test_metaschedule_logging_survives_an_unnamed_handler_on_its_logger(tmp_path):
+    """MetaSchedule rebuilds its logging from the names of the handlers on its logger and fails on an unnamed one
+    (pytest >= 9.2 puts its capture handlers there); tuning detaches those for the run and gives them back after."""
+    import logging
+
+    from tvm.s_tir.meta_schedule.logging import create_loggers
+
+    from tenset_curate.collect import MS_LOGGER, _unnamed_handlers_detached
+
+    logger = logging.getLogger(MS_LOGGER)
+    saved = list(logger.handlers)
+    foreign = logging.NullHandler()  # no name, like pytest's LogCaptureHandler
+    logger.addHandler(foreign)
+    params = [{"log_dir": str(tmp_path), "logger_name": f"{MS_LOGGER}.task_0"}]
+    try:
+        with pytest.raises(AttributeError, match="format"):
+            create_loggers(log_dir=str(tmp_path), params=params)  # what tune_tir does on its own
+        with _unnamed_handlers_detached(MS_LOGGER) as detached:
+            assert foreign in detached and foreign not in logger.handlers
+            create_loggers(log_dir=str(tmp_path), params=params)
+        assert foreign in logger.handlers  # given back
+        assert (tmp_path / f"{MS_LOGGER}.task_0.log").is_file()  # MetaSchedule's own logging was set up
+    finally:
+        for h in list(logger.handlers):
+            logger.removeHandler(h)
+            if h not in saved:
+                h.close()
+        for h in saved:
+            logger.addHandler(h)
