@@ -3,13 +3,14 @@
 Deterministic on CPU (fixed seeds, one thread, metrics rounded to 3 decimals) so CI can regenerate the committed
 ``reports/pca.md`` and fail when it no longer matches. The same on every x86-64 CPU too: numpy, PyTorch and MKL pick
 SIMD code by CPU at run time, and their AVX2 and AVX-512 paths round differently (numpy's log2 and exp differ in the
-last bits, torch's kernels and MKL's GEMM too): trained on an AVX2 machine, the MLP and attention rows of the
-embedded sample moved by 0.001-0.08. ``pca_report`` therefore runs in a fresh process whose environment
+last bits; with torch's AVX2 kernels, ``ATEN_CPU_CAPABILITY=avx2``, on this AVX-512 machine the MLP and attention
+rows of the embedded sample moved by 0.001-0.08). ``pca_report`` therefore runs in a fresh process whose environment
 (``portable_numerics_env``) makes each library take its baseline code path, the one every x86-64 CPU runs: numpy
 with every dispatched SIMD target disabled, ``ATEN_CPU_CAPABILITY=default``, ``MKL_CBWR=COMPATIBLE``, OpenBLAS's
-Nehalem kernel. The library versions are pinned for CI by ``tests/constraints.txt``. Splits: within-task always; operator-wise (the most common
-non-trivial operator class held out) when the data has two or more classes; hardware-wise when it has two or more
-hardware names; network-wise when a networks table exists.
+Nehalem kernel. The library versions are pinned for CI by ``tests/constraints.txt``.
+
+Splits: within-task always; operator-wise (the most common non-trivial operator class held out) when the data has two
+or more classes; hardware-wise when it has two or more hardware names; network-wise when a networks table exists.
 """
 from __future__ import annotations
 
