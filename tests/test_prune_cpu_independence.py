@@ -41,7 +41,8 @@ def _cpu_flags() -> set[str]:
 def _openblas_dynamic() -> bool:
     cfg = np.show_config(mode="dicts") if "mode" in np.show_config.__code__.co_varnames else {}
     blas = cfg.get("Build Dependencies", {}).get("blas", {})
-    return "openblas" in str(blas.get("name", "")).lower() and "DYNAMIC_ARCH" in str(blas.get("openblas configuration", ""))
+    config = str(blas.get("openblas configuration", ""))
+    return "openblas" in str(blas.get("name", "")).lower() and "DYNAMIC_ARCH" in config
 
 
 def test_hybrid_prune_keeps_the_same_records_whatever_blas_kernel_the_cpu_gets(tmp_path):
