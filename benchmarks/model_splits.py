@@ -25,7 +25,6 @@ from pathlib import Path
 
 import numpy as np
 
-
 from tenset_curate.convert import convert
 from tenset_curate.metrics import evaluate_predictions, random_topk_expectation
 from tenset_curate.splits import write_split
@@ -134,9 +133,8 @@ def main(argv=None):
              "|---|---|---|---:|---:|---:|---:|---:|---:|"]
     lines += [f"| {r['split']} | {r['model']} | {_seeds(r)} | {_cell(r, 'pca')} | {_cell(r, 'top1')} | "
               f"{_cell(r, 'top5')} | {r['train_records']} | {r['test_records']} | {r['seconds']} |" for r in rows]
-    notes = ""
-    if Path(a.out).is_file() and NOTES_MARK in Path(a.out).read_text():
-        notes = Path(a.out).read_text().split(NOTES_MARK, 1)[1]
+    old_text = Path(a.out).read_text() if Path(a.out).is_file() else ""
+    notes = old_text.split(NOTES_MARK, 1)[1] if NOTES_MARK in old_text else ""
     Path(a.out).write_text("\n".join(lines) + "\n\n" + NOTES_MARK + notes)
     Path(a.out).with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")
     print("\n".join(lines))

@@ -652,17 +652,6 @@ def collect(
     return summary
 
 
-def _tune_one(ms, tvm, mod, task_name, tvm_target, work_dir, todo, trials_per_iter, builder, runner,
-              database, cost_model, num_tuning_cores, callbacks, population_size, seed) -> None:
-    if cost_model == "xgb":
-        cm = ms.cost_model.CostModel.create("xgb", num_tuning_cores=num_tuning_cores)
-    else:
-        cm = cost_model
-    with _unnamed_handlers_detached(MS_LOGGER):
-        _tune_tir(ms, tvm, mod, task_name, tvm_target, work_dir, todo, trials_per_iter, builder, runner, database,
-                  cm, num_tuning_cores, callbacks, population_size, seed)
-
-
 MS_LOGGER = "tvm.s_tir.meta_schedule"
 
 
@@ -686,23 +675,28 @@ def _unnamed_handlers_detached(name: str):
                 logger.addHandler(h)
 
 
-def _tune_tir(ms, tvm, mod, task_name, tvm_target, work_dir, todo, trials_per_iter, builder, runner, database, cm,
-              num_tuning_cores, callbacks, population_size, seed) -> None:
-    ms.tune_tir(
-        mod=tvm.IRModule({task_name: mod["main"]}),
-        target=tvm_target,
-        work_dir=work_dir,
-        max_trials_global=todo,
-        num_trials_per_iter=min(trials_per_iter, todo),
-        builder=builder,
-        runner=runner,
-        database=database,
-        cost_model=cm,
-        measure_callbacks=callbacks,
-        strategy=ms.search_strategy.EvolutionarySearch(population_size=population_size),
-        num_tuning_cores=num_tuning_cores,
-        seed=seed,
-    )
+def _tune_one(ms, tvm, mod, task_name, tvm_target, work_dir, todo, trials_per_iter, builder, runner,
+              database, cost_model, num_tuning_cores, callbacks, population_size, seed) -> None:
+    if cost_model == "xgb":
+        cm = ms.cost_model.CostModel.create("xgb", num_tuning_cores=num_tuning_cores)
+    else:
+        cm = cost_model
+    with _unnamed_handlers_detached(MS_LOGGER):
+        ms.tune_tir(
+            mod=tvm.IRModule({task_name: mod["main"]}),
+            target=tvm_target,
+            work_dir=work_dir,
+            max_trials_global=todo,
+            num_trials_per_iter=min(trials_per_iter, todo),
+            builder=builder,
+            runner=runner,
+            database=database,
+            cost_model=cm,
+            measure_callbacks=callbacks,
+            strategy=ms.search_strategy.EvolutionarySearch(population_size=population_size),
+            num_tuning_cores=num_tuning_cores,
+            seed=seed,
+        )
 
 
 def build_prim_func_checked(w: Workload):

@@ -1165,10 +1165,11 @@ class GBDTRanker(Ranker):
         start_pca = None
         if valid is not None:
             start_pca = _metrics.evaluate_predictions(valid["task_ids"], valid["labels"], self.predict(valid))["pca"]
+        h0 = len(self.history)  # the entries _boost appends are this fine-tuning's
         booster = self._boost(train, valid, int(self.hparams["finetune_rounds"]), base)
         best = booster.best_iteration if booster.best_iteration and booster.best_iteration > 0 else None
         end = best or booster.current_iteration()
-        best_pca = max((h["valid_pca"] for h in self.history if h.get("phase") == "fine-tune"), default=None)
+        best_pca = max((h["valid_pca"] for h in self.history[h0:]), default=None)
         kept = valid is None or (best_pca is not None and best_pca > start_pca)
         if kept:
             self.booster, self.best_epoch = booster, int(end)
@@ -1220,7 +1221,7 @@ class GBDTRanker(Ranker):
             state = {"calls": 0, "last": -np.inf}
             every = max(1, int(hp["eval_every"]))
 
-            def feval(preds, _ds):
+            def valid_pca(preds, _ds):
                 state["calls"] += 1
                 it = state["calls"]
                 if it == 1 or it % every == 0:
@@ -1231,6 +1232,7 @@ class GBDTRanker(Ranker):
                          **{f"valid_{k}": v for k, v in _summary(m).items()}}))
                 return "pca", state["last"], True
 
+            feval = valid_pca
             callbacks.append(lgb.early_stopping(int(hp["early_stopping_rounds"]), verbose=False))
         bar = _progress(range(n_rounds), self.progress, desc=f"gbdt {phase}", unit="tree")
         if not getattr(bar, "disable", True):
