@@ -87,7 +87,7 @@ def main(argv=None) -> None:
         d = dict(d, flat=d.pop("flat_rel"))
         hp["task_relative"] = False
     elif a.variant in ("tokrelonly", "relall"):  # the schedule tokens only as centred within the task
-        d = dict(d, tokens=d.pop("tok_rel"))
+        d = dict(d, tokens=np.asarray(d.pop("tok_rel")))  # dense: these variants train on it as the tokens
         hp["token_relative"] = False
         if a.variant == "relall":  # ... and the flat features only as standardised within the task
             d = dict(d, flat=d.pop("flat_rel"))

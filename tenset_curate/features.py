@@ -234,21 +234,78 @@ def task_centred_tokens(tokens: np.ndarray, mask: np.ndarray, task_ids: np.ndarr
     ``task_relative``: what this program's step at position i does differently from its task's other programs there
     (a longer inner split, another unroll depth). The attention ranker reads it next to the raw tokens
     (``token_relative``). Measured with ``benchmarks/model_splits.py`` splits (attention, seed 0, 24 epochs): depthwise
-    held out top-1 0.633 -> 0.751 (random 0.653); K80 -> MI50 zero-shot top-1 0.792 -> 0.824."""
-    tokens = np.asarray(tokens, np.float32)
-    out = np.zeros_like(tokens)
-    if len(tokens) == 0:
-        return out
-    from .metrics import task_slices
+    held out top-1 0.633 -> 0.751 (random 0.653); K80 -> MI50 zero-shot top-1 0.792 -> 0.824.
 
-    order, _, starts, counts = task_slices(task_ids)
-    for s0, c in zip(starts, counts):
-        idx = order[s0:s0 + c]
-        t = tokens[idx]
-        m = np.asarray(mask[idx], np.float32)[:, :, None]
-        mu = (t * m).sum(0, dtype=np.float64) / np.maximum(m.sum(0), 1.0)  # float64: order-independent sums
-        out[idx] = (t - mu[None].astype(np.float32)) * m
-    return out
+    Dense: as large as ``tokens``. Training keeps ``TaskCentredTokens`` instead, which holds one mean token sequence
+    per task and centres the rows a batch needs, with the same float32 operations (so the same bits)."""
+    return np.asarray(TaskCentredTokens.of(tokens, mask, task_ids))
+
+
+class TaskCentredTokens:
+    """``task_centred_tokens`` without its dense array: the mean token sequence of each task (``mean``, float32
+    ``[T, L, D]``) and the task of every record (``row``, indices into ``mean``). ``take(tokens, mask, rows, lmax)``
+    centres the given rows only. Indexing with a record mask or index array (``training._part``) keeps ``mean`` and
+    selects rows; ``len``, ``shape`` and ``np.asarray`` (the dense array) behave like the dense array's.
+
+    It exists for memory: the dense array is as large as the token tensor (8 KB a record at 64 x 32 float32), and
+    training held it next to the tokens and again in the copy of its training part (measured in
+    ``benchmarks/train.py``'s memory rows)."""
+
+    def __init__(self, mean: np.ndarray, row: np.ndarray, tokens: np.ndarray | None = None,
+                 mask: np.ndarray | None = None, src_rows: np.ndarray | None = None):
+        self.mean = mean
+        self.row = np.asarray(row, np.int64)
+        # the tokens and mask it was made from (references, not copies) and, for a selection of records, which of
+        # their rows it holds: only np.asarray(self) reads them
+        self._tokens, self._mask, self._src_rows = tokens, mask, src_rows
+
+    @classmethod
+    def of(cls, tokens: np.ndarray, mask: np.ndarray, task_ids: np.ndarray) -> "TaskCentredTokens":
+        tokens = np.asarray(tokens, np.float32)
+        mask = np.asarray(mask, np.bool_)
+        if len(tokens) == 0:
+            return cls(np.zeros((0,) + tokens.shape[1:], np.float32), np.zeros(0, np.int64), tokens, mask)
+        from .metrics import task_slices
+
+        order, _, starts, counts = task_slices(task_ids)
+        mean = np.empty((len(starts),) + tokens.shape[1:], np.float32)
+        row = np.empty(len(tokens), np.int64)
+        for j, (s0, c) in enumerate(zip(starts, counts)):
+            idx = order[s0:s0 + c]
+            m = np.asarray(mask[idx], np.float32)[:, :, None]
+            mu = (tokens[idx] * m).sum(0, dtype=np.float64) / np.maximum(m.sum(0), 1.0)  # float64: order-independent
+            mean[j] = mu.astype(np.float32)
+            row[idx] = j
+        return cls(mean, row, tokens, mask)
+
+    def take(self, tokens: np.ndarray, mask: np.ndarray, rows, lmax: int) -> np.ndarray:
+        """The centred tokens of ``rows`` (an index array or slice of the records), cropped to ``lmax`` positions;
+        ``tokens`` and ``mask`` are the records' full arrays, row for row with this object."""
+        t = tokens[rows, :lmax]
+        m = np.asarray(mask[rows, :lmax], np.float32)[:, :, None]
+        return (t - self.mean[self.row[rows], :lmax]) * m
+
+    @property
+    def shape(self) -> tuple:
+        return (len(self.row),) + self.mean.shape[1:]
+
+    def __len__(self) -> int:
+        return len(self.row)
+
+    def __getitem__(self, rows) -> "TaskCentredTokens":
+        src = np.arange(len(self.row)) if self._src_rows is None else self._src_rows
+        return TaskCentredTokens(self.mean, self.row[rows], self._tokens, self._mask, src[rows])
+
+    def __array__(self, dtype=None, copy=None):
+        if self._tokens is None:
+            raise ValueError("TaskCentredTokens made without its tokens cannot be made dense; use take()")
+        if len(self.row) == 0:
+            return np.zeros(self.shape, dtype or np.float32)
+        rows = slice(None) if self._src_rows is None else self._src_rows
+        t = self._tokens[rows]
+        m = np.asarray(self._mask[rows], np.float32)[:, :, None]
+        out = (t - self.mean[self.row]) * m
+        return out if dtype is None else out.astype(dtype)
 
 
 def featurize(df: pl.DataFrame, seq_len: int = SEQ_LEN) -> dict:

@@ -83,7 +83,10 @@ Tokens centred within the task (``token_relative``, attention only, on by defaul
     difference. Measured on the transfer splits (``benchmarks/attention_variants.py``, seed 0, 24 epochs; PCA /
     top-1 / top-5): K80 -> MI50 zero-shot 0.743 / 0.792 / 0.911 -> 0.754 / 0.824 / 0.907; depthwise held out
     0.597 / 0.633 / 0.785 -> 0.645 / 0.751 / 0.833 (random top-1 0.653). Directories saved before it existed load
-    with it off.
+    with it off. The centred tokens are held as ``features.TaskCentredTokens`` (one mean sequence per task; each
+    batch's rows are centred when the batch is built, with the same float32 operations as the dense array): a dense
+    copy as large as the token tensor, held next to it and again in the training part, took training on 172k records
+    from 4.0 to 6.3 GB peak RSS (``benchmarks/train_memory.py``).
 
 Fine-tuning (``Ranker.fine_tune``; ``training.fit_on_frame`` calls it for a few-shot split's target hardware)
     A fitted model goes on training on one part of the data alone, typically the records of the hardware it will
@@ -118,6 +121,7 @@ from typing import Any
 import numpy as np
 
 from . import metrics as _metrics
+from .features import TaskCentredTokens
 
 __all__ = [
     "ModelLoadError",
@@ -153,7 +157,8 @@ def _within_task(data: dict, key: str, x: np.ndarray, compute, what: str) -> np.
     ``compute(x, task_ids)`` over the records given, grouped by ``data["task_ids"]``."""
     rel = data.get(key)
     if rel is not None:
-        rel = np.asarray(rel, np.float32)
+        if not isinstance(rel, TaskCentredTokens):
+            rel = np.asarray(rel, np.float32)
         if rel.shape != x.shape:
             raise ValueError(f"{key} has shape {rel.shape}, expected {x.shape}")
         return rel
@@ -181,13 +186,12 @@ def task_relative_inputs(data: dict, flat: np.ndarray) -> np.ndarray:
     return np.concatenate([flat, rel], axis=1)
 
 
-def token_relative_inputs(data: dict, tokens: np.ndarray, mask: np.ndarray) -> np.ndarray:
+def token_relative_inputs(data: dict, tokens: np.ndarray, mask: np.ndarray):
     """The tokens centred within their task (``features.task_centred_tokens``) for an attention model with
     ``token_relative``: from ``data["tok_rel"]`` when the caller computed them over a task's whole record set
-    (``training.arrays``), else from the records given, grouped by ``data["task_ids"]``."""
-    from .features import task_centred_tokens
-
-    return _within_task(data, "tok_rel", tokens, lambda x, t: task_centred_tokens(x, mask, t),
+    (``training.arrays``: a ``features.TaskCentredTokens``, or the dense array), else from the records given, grouped
+    by ``data["task_ids"]`` (as a ``TaskCentredTokens``: per-task means, the rows centred batch by batch)."""
+    return _within_task(data, "tok_rel", tokens, lambda x, t: TaskCentredTokens.of(x, mask, t),
                         "centres tokens within tasks (token_relative=True)")
 
 
@@ -988,7 +992,10 @@ class AttentionRanker(_TorchRanker):
         tok = arrays["tokens"][rows, :lmax]
         if "tok_rel" not in arrays:
             return tok
-        return np.concatenate([tok, arrays["tok_rel"][rows, :lmax]], axis=2)
+        rel = arrays["tok_rel"]
+        rel = rel.take(arrays["tokens"], arrays["mask"], rows, lmax) if isinstance(rel, TaskCentredTokens) else \
+            rel[rows, :lmax]
+        return np.concatenate([tok, rel], axis=2)
 
     def _init_normalizer(self, net, arrays: dict):
         import torch

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from .features import FEATURE_VERSION, featurize, operator_classes, task_centred_tokens, task_relative
+from .features import FEATURE_VERSION, TaskCentredTokens, featurize, operator_classes, task_relative
 from .labels import with_labels
 from .model import _task_groups
 from .prune import load_records
@@ -49,7 +49,7 @@ def arrays(df: pl.DataFrame) -> dict:
     # within-task statistics over every record of the task in the frame, whatever its part (features only): the
     # models with task_relative read them (model.task_relative_inputs); steadier than a test part's few records
     d["flat_rel"] = task_relative(d["flat"], d["task_ids"])
-    d["tok_rel"] = task_centred_tokens(d["tokens"], d["mask"], d["task_ids"])
+    d["tok_rel"] = TaskCentredTokens.of(d["tokens"], d["mask"], d["task_ids"])  # per-task means, not dense
     d["labels"] = df["label"].to_numpy().astype(np.float32)
     d["groups"] = {"op_class": df["op_class"].to_numpy().astype(str), "hardware": df["hardware"].to_numpy().astype(str)}
     return d
@@ -78,7 +78,7 @@ def make_model(kind: str, seed: int = 0, epochs: int = 10, device: str = "cpu", 
 
 
 def _part(d: dict, mask: np.ndarray) -> dict:
-    out = {k: v[mask] for k, v in d.items() if isinstance(v, np.ndarray)}
+    out = {k: v[mask] for k, v in d.items() if isinstance(v, (np.ndarray, TaskCentredTokens))}
     out["groups"] = {k: v[mask] for k, v in d["groups"].items()}
     return out
 

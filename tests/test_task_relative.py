@@ -11,6 +11,9 @@
 - Tokens centred within their task (``features.task_centred_tokens``, the attention ranker's ``token_relative``):
   against a per-task, per-position reference on real tokens; padding stays 0; an attention ranker with them scores a
   record from its task's peers only; directories saved before the option existed load with it off.
+- Training holds them as ``features.TaskCentredTokens`` (one mean sequence per task, rows centred on demand): every
+  selection of it equals the dense array's rows bit for bit, and an attention ranker trained on it predicts exactly
+  what the same ranker trained on the dense array predicts.
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ import pytest
 
 pytest.importorskip("lightgbm")
 
-from tenset_curate.features import task_centred_tokens, task_relative  # noqa: E402
+from tenset_curate.features import TaskCentredTokens, task_centred_tokens, task_relative  # noqa: E402
 from tenset_curate.metrics import evaluate_predictions, random_topk_expectation  # noqa: E402
 from tenset_curate.model import AttentionRanker, GBDTRanker, load_model  # noqa: E402
 from tenset_curate.splits import write_split  # noqa: E402
@@ -182,3 +185,36 @@ def test_attention_with_centred_tokens_scores_from_the_task_only(two_gpus, tmp_p
     assert isinstance(old, AttentionRanker) and old.hparams["token_relative"] is False
     assert old.hparams["task_relative"] is True
     np.testing.assert_array_equal(old.predict(test), old_kind.predict(test))
+
+
+def test_lazy_centred_tokens_equal_the_dense_ones_under_every_selection(two_gpus):
+    _, d = two_gpus
+    tok, mask, tids = d["tokens"], d["mask"], d["task_ids"]
+    lazy, dense = d["tok_rel"], task_centred_tokens(tok, mask, tids)
+    assert isinstance(lazy, TaskCentredTokens)  # training.arrays keeps the per-task means, not a dense copy
+    assert lazy.mean.nbytes * 20 < dense.nbytes and lazy.shape == dense.shape and len(lazy) == len(dense)
+    rng = np.random.default_rng(0)
+    sel = rng.random(len(tok)) < 0.6
+    idx = rng.integers(0, len(tok), 500)  # with repeats, as training's hardware balancing makes
+    for rows in (sel, idx, np.flatnonzero(sel)[::-1]):
+        part = lazy[rows]
+        np.testing.assert_array_equal(np.asarray(part), dense[rows])
+        inner = rng.integers(0, len(part), 64)
+        np.testing.assert_array_equal(np.asarray(part[inner]), dense[rows][inner])  # a selection of a selection
+        for lmax in (5, tok.shape[1]):  # what a training batch asks for: some rows, cropped
+            np.testing.assert_array_equal(part.take(tok[rows], mask[rows], inner, lmax), dense[rows][inner, :lmax])
+            np.testing.assert_array_equal(part.take(tok[rows], mask[rows], slice(3, 40), lmax),
+                                          dense[rows][3:40, :lmax])
+
+
+def test_attention_trained_on_lazy_centred_tokens_predicts_as_on_dense_ones(two_gpus):
+    df, d = two_gpus
+    part = df["part"].to_numpy()
+    dense = dict(d, tok_rel=np.asarray(d["tok_rel"]))
+    preds = []
+    for data in (d, dense):
+        m = AttentionRanker(seed=0, epochs=2, num_threads=1)
+        m.fit(_part(data, part == "train"), _part(data, part == "valid") if (part == "valid").any() else None)
+        preds.append(m.predict(_part(data, part == "test")))
+    np.testing.assert_array_equal(preds[0], preds[1])
+    assert np.unique(preds[0]).size > 10  # the model ranks, it does not score everything alike

@@ -1,0 +1,116 @@
+"""Peak memory of training on real logs: the product's path against the dense within-task tokens it replaced.
+
+    python benchmarks/train_memory.py [--realdata ../shared/realdata] [--split no_depthwise] [--models attention gbdt]
+
+Uses the converted K80 + MI50 logs and the splits of ``benchmarks/model_splits.py`` (cached under --work). Each
+measurement runs in a fresh interpreter: ``labelled_split`` then ``training.fit_on_frame`` for one epoch (``gbdt``:
+50 rounds), as ``curate train`` does; peak RSS is the kernel's ``ru_maxrss``, and the RSS after each stage is
+sampled too. ``attention-dense`` is the attention model with the within-task centred tokens held as a dense array
+(``np.asarray`` of ``training.arrays``' ``tok_rel``): what training held before ``features.TaskCentredTokens``, run
+in the same script as the baseline. Also fits on the first half of the records, to show how peak memory grows with
+the record count. Writes reports/train_memory.md/.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+CHILD = r"""
+import json, os, resource, sys, time
+import numpy as np
+from pathlib import Path
+import tenset_curate.training as T
+
+dataset, split, variant, fraction = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+def rss():
+    return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+stages = {}
+def mark(name):
+    stages[name] = round(rss())
+df = T.labelled_split(Path(dataset), split)
+if fraction < 1:
+    df = df.head(int(len(df) * fraction))
+mark("labelled_split")
+kind = "attention" if variant.startswith("attention") else variant
+if variant == "attention-dense":
+    orig = T.arrays
+    def dense(frame):
+        d = orig(frame)
+        d["tok_rel"] = np.asarray(d["tok_rel"])
+        return d
+    T.arrays = dense
+tokens_mb = len(df) * 64 * 32 * 4 / 2**20
+hp = {"num_threads": 1}
+if kind == "gbdt":
+    hp = {"n_estimators": 50}
+t0 = time.perf_counter()
+m, d = T.fit_on_frame(df, kind, seed=0, epochs=1, **hp)
+mark("fit_on_frame")
+print(json.dumps({"variant": variant, "records": len(df), "fraction": fraction, "tokens_mb": round(tokens_mb),
+                  "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+                  "stages_rss_mb": stages, "seconds": round(time.perf_counter() - t0, 1)}))
+"""
+
+
+def measure(dataset: Path, split: str, variant: str, fraction: float) -> dict:
+    r = subprocess.run([sys.executable, "-c", CHILD, str(dataset), split, variant, str(fraction)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"{variant} failed:\n{r.stderr[-3000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None) -> None:
+    from model_splits import SPLITS, convert_sets, split_frame
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--realdata", default=str(Path(__file__).resolve().parents[2] / "shared" / "realdata"))
+    ap.add_argument("--work", default="/tmp/tc-bench-model-splits")
+    ap.add_argument("--split", default="no_depthwise", choices=list(SPLITS))
+    ap.add_argument("--models", nargs="+", default=["attention", "attention-dense", "gbdt"])
+    ap.add_argument("--out", default="reports/train_memory.md")
+    a = ap.parse_args(argv)
+    ds = convert_sets(a.realdata, a.work)
+    split_frame(ds, a.split)  # writes the split (cached data, same seed: the same split)
+    dataset = ds[SPLITS[a.split][0]]
+    runs = []
+    for variant in a.models:
+        for fraction in (0.5, 1.0):
+            r = measure(dataset, a.split, variant, fraction)
+            r["kb_per_record"] = round(r["peak_rss_mb"] * 1024 / r["records"], 1)
+            runs.append(r)
+            print(json.dumps(r), flush=True)
+    by = {(r["variant"], r["fraction"]): r for r in runs}
+    lines = ["# Training memory", "",
+             f"Command: `python {' '.join(['benchmarks/train_memory.py', *(argv if argv is not None else sys.argv[1:])])}`",
+             "", f"Split `{a.split}` of the real K80 + MI50 logs; each row a fresh process running `labelled_split` and "
+             "`training.fit_on_frame` (1 epoch; GBDT 50 rounds), as `curate train` does. Peak RSS is `ru_maxrss`; "
+             "the token tensor alone is records x 64 x 32 float32. `attention-dense` holds the within-task centred "
+             "tokens as a dense array, as training did before `features.TaskCentredTokens` (same script, same data).",
+             f"{os.cpu_count()} cores.", "",
+             "| model | records | peak RSS MB | KB per record | token tensor MB | RSS after labelled_split MB | "
+             "RSS after fit MB |", "|---|---:|---:|---:|---:|---:|---:|"]
+    lines += [f"| {r['variant']} | {r['records']} | {r['peak_rss_mb']} | {r['kb_per_record']} | {r['tokens_mb']} | "
+              f"{r['stages_rss_mb']['labelled_split']} | {r['stages_rss_mb']['fit_on_frame']} |" for r in runs]
+    if ("attention", 1.0) in by and ("attention-dense", 1.0) in by:
+        new, old = by[("attention", 1.0)], by[("attention-dense", 1.0)]
+        lines += ["", f"Attention, all records: peak {old['peak_rss_mb']} MB -> {new['peak_rss_mb']} MB "
+                  f"({new['peak_rss_mb'] / old['peak_rss_mb']:.2f}x, same run)."]
+    for v in a.models:
+        if (v, 0.5) in by and (v, 1.0) in by:
+            h, f = by[(v, 0.5)], by[(v, 1.0)]
+            lines.append(f"{v}: {f['records']} records take {(f['peak_rss_mb'] - h['peak_rss_mb']) * 1024 / (f['records'] - h['records']):.1f} "
+                         f"KB of peak RSS per record more than {h['records']} do.")
+    Path(a.out).write_text("\n".join(lines) + "\n")
+    Path(a.out).with_suffix(".json").write_text(json.dumps(runs, indent=1) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
