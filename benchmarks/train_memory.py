@@ -6,8 +6,9 @@ Uses the converted K80 + MI50 logs and the splits of ``benchmarks/model_splits.p
 measurement runs in a fresh interpreter: ``labelled_split`` then ``training.fit_on_frame`` for one epoch (``gbdt``:
 50 rounds), as ``curate train`` does; peak RSS is the kernel's ``ru_maxrss``, and the RSS after each stage is
 sampled too. ``attention-dense`` is the attention model with the within-task centred tokens held as a dense array
-(``np.asarray`` of ``training.arrays``' ``tok_rel``): what training held before ``features.TaskCentredTokens``, run
-in the same script as the baseline. Also fits on the first half of the records, to show how peak memory grows with
+(``np.asarray`` of ``training.arrays``' ``tok_rel``) and the training part's token tensor copied
+(``training._part`` without ``features.RowView``): what training held before those two, run in the same script as
+the baseline. Also fits on the first half of the records, to show how peak memory grows with
 the record count. Writes reports/train_memory.md/.json.
 """
 from __future__ import annotations
@@ -45,6 +46,11 @@ if variant == "attention-dense":
         d["tok_rel"] = np.asarray(d["tok_rel"])
         return d
     T.arrays = dense
+    def copied_part(d, mask):  # training._part before features.RowView: every array of the part copied
+        out = {k: np.asarray(v)[mask] for k, v in d.items() if isinstance(v, np.ndarray)}
+        out["groups"] = {k: v[mask] for k, v in d["groups"].items()}
+        return out
+    T._part = copied_part
 tokens_mb = len(df) * 64 * 32 * 4 / 2**20
 hp = {"num_threads": 1}
 if kind == "gbdt":
@@ -92,7 +98,8 @@ def main(argv=None) -> None:
              "", f"Split `{a.split}` of the real K80 + MI50 logs; each row a fresh process running `labelled_split` and "
              "`training.fit_on_frame` (1 epoch; GBDT 50 rounds), as `curate train` does. Peak RSS is `ru_maxrss`; "
              "the token tensor alone is records x 64 x 32 float32. `attention-dense` holds the within-task centred "
-             "tokens as a dense array, as training did before `features.TaskCentredTokens` (same script, same data).",
+             "tokens as a dense array and copies the training part's token tensor, as training did before "
+             "`features.TaskCentredTokens` and `features.RowView` (same script, same data).",
              f"{os.cpu_count()} cores.", "",
              "| model | records | peak RSS MB | KB per record | token tensor MB | RSS after labelled_split MB | "
              "RSS after fit MB |", "|---|---:|---:|---:|---:|---:|---:|"]

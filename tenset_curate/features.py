@@ -308,6 +308,49 @@ class TaskCentredTokens:
         return out if dtype is None else out.astype(dtype)
 
 
+class RowView:
+    """Some records of a large per-record array (the token tensor), without copying them: ``base`` and the selected
+    record indices ``rows``. ``view[rows2, ...]`` reads ``base[rows[rows2], ...]`` (a batch: a small copy),
+    ``view.select(rows2)`` is a view of a selection of the view, ``np.asarray(view)`` copies the whole selection,
+    and ``len`` / ``shape`` / ``dtype`` / ``ndim`` are those of the selection. ``training._part`` hands the rankers
+    their training part of the token tensor this way: a copy of it was the largest allocation of training after the
+    tensor itself (``benchmarks/train_memory.py``)."""
+
+    def __init__(self, base: np.ndarray, rows):
+        rows = np.arange(len(base))[rows] if not isinstance(rows, np.ndarray) or rows.dtype == np.bool_ else rows
+        if isinstance(base, RowView):  # a view of a view reads the same base array
+            self.base, self.rows = base.base, base.rows[rows]
+        else:
+            self.base, self.rows = base, np.asarray(rows, np.int64)
+
+    def select(self, rows) -> "RowView":
+        return RowView(self, rows)
+
+    def __getitem__(self, key):
+        if isinstance(key, tuple):
+            return self.base[(self.rows[key[0]],) + key[1:]]
+        return self.base[self.rows[key]]
+
+    @property
+    def shape(self) -> tuple:
+        return (len(self.rows),) + self.base.shape[1:]
+
+    @property
+    def dtype(self):
+        return self.base.dtype
+
+    @property
+    def ndim(self) -> int:
+        return self.base.ndim
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __array__(self, dtype=None, copy=None):
+        out = self.base[self.rows]
+        return out if dtype is None else out.astype(dtype)
+
+
 def featurize(df: pl.DataFrame, seq_len: int = SEQ_LEN) -> dict:
     """Arrays the models train on: tokens, mask, flat features (keys as model.py expects)."""
     tokens, mask = token_tensor(df["steps"], seq_len)

@@ -121,7 +121,7 @@ from typing import Any
 import numpy as np
 
 from . import metrics as _metrics
-from .features import TaskCentredTokens
+from .features import RowView, TaskCentredTokens
 
 __all__ = [
     "ModelLoadError",
@@ -950,7 +950,9 @@ class AttentionRanker(_TorchRanker):
     _legacy_hparams = dict(patch=1, attn_impl="sdpa", task_relative=False, token_relative=False)
 
     def _feature_arrays(self, data: dict) -> dict:
-        tokens = _as(data, "tokens", np.float32, 3)
+        tokens = data.get("tokens")
+        if not (isinstance(tokens, RowView) and tokens.dtype == np.float32 and tokens.ndim == 3):
+            tokens = _as(data, "tokens", np.float32, 3)  # a RowView (training's part of the tensor) stays a view
         mask = _as(data, "mask", np.bool_, 2)
         flat = _as(data, "flat", np.float32, 2, required=False)
         if flat is None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from .features import FEATURE_VERSION, TaskCentredTokens, featurize, operator_classes, task_relative
+from .features import FEATURE_VERSION, RowView, TaskCentredTokens, featurize, operator_classes, task_relative
 from .labels import with_labels
 from .model import _task_groups
 from .prune import load_records
@@ -78,7 +78,11 @@ def make_model(kind: str, seed: int = 0, epochs: int = 10, device: str = "cpu", 
 
 
 def _part(d: dict, mask: np.ndarray) -> dict:
-    out = {k: v[mask] for k, v in d.items() if isinstance(v, (np.ndarray, TaskCentredTokens))}
+    """The records ``mask`` selects (a boolean mask or row indices, repeats allowed) of ``arrays``' dict. The token
+    tensor is not copied: the part holds a ``features.RowView`` of it, which the attention ranker reads batch by
+    batch; the other arrays are copied (a few hundred bytes a record)."""
+    out = {k: (RowView(v, mask) if k == "tokens" and isinstance(v, (np.ndarray, RowView)) else v[mask])
+           for k, v in d.items() if isinstance(v, (np.ndarray, RowView, TaskCentredTokens))}
     out["groups"] = {k: v[mask] for k, v in d["groups"].items()}
     return out
 

@@ -13,7 +13,8 @@
   record from its task's peers only; directories saved before the option existed load with it off.
 - Training holds them as ``features.TaskCentredTokens`` (one mean sequence per task, rows centred on demand): every
   selection of it equals the dense array's rows bit for bit, and an attention ranker trained on it predicts exactly
-  what the same ranker trained on the dense array predicts.
+  what the same ranker trained on the dense array predicts. A part of the records (``training._part``) holds a
+  ``features.RowView`` of the token tensor, not a copy, and reads the same tokens.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ import pytest
 
 pytest.importorskip("lightgbm")
 
-from tenset_curate.features import TaskCentredTokens, task_centred_tokens, task_relative  # noqa: E402
+from tenset_curate.features import RowView, TaskCentredTokens, task_centred_tokens, task_relative  # noqa: E402
 from tenset_curate.metrics import evaluate_predictions, random_topk_expectation  # noqa: E402
 from tenset_curate.model import AttentionRanker, GBDTRanker, load_model  # noqa: E402
 from tenset_curate.splits import write_split  # noqa: E402
@@ -218,3 +219,23 @@ def test_attention_trained_on_lazy_centred_tokens_predicts_as_on_dense_ones(two_
         preds.append(m.predict(_part(data, part == "test")))
     np.testing.assert_array_equal(preds[0], preds[1])
     assert np.unique(preds[0]).size > 10  # the model ranks, it does not score everything alike
+
+
+def test_a_part_views_the_token_tensor_instead_of_copying_it(two_gpus):
+    df, d = two_gpus
+    part = df["part"].to_numpy()
+    train = _part(d, part == "train")
+    view = train["tokens"]
+    assert isinstance(view, RowView) and view.base is d["tokens"]  # no copy of the tensor
+    expect = d["tokens"][part == "train"]
+    assert view.shape == expect.shape and len(view) == len(expect) and view.dtype == expect.dtype
+    np.testing.assert_array_equal(np.asarray(view), expect)
+    rng = np.random.default_rng(0)
+    rows = rng.integers(0, len(view), 300)
+    np.testing.assert_array_equal(view[rows, :7], expect[rows, :7])  # what a batch reads
+    np.testing.assert_array_equal(view[5:40], expect[5:40])
+    again = _part(train, rows)  # a part of a part (hardware balancing repeats rows) still reads the one tensor
+    assert again["tokens"].base is d["tokens"]
+    np.testing.assert_array_equal(np.asarray(again["tokens"]), expect[rows])
+    np.testing.assert_array_equal(np.asarray(again["tok_rel"]), task_centred_tokens(
+        d["tokens"], d["mask"], d["task_ids"])[part == "train"][rows])
