@@ -248,8 +248,7 @@ class TaskCentredTokens:
     selects rows; ``len``, ``shape`` and ``np.asarray`` (the dense array) behave like the dense array's.
 
     It exists for memory: the dense array is as large as the token tensor (8 KB a record at 64 x 32 float32), and
-    training held it next to the tokens and again in the copy of its training part (measured in
-    ``benchmarks/train.py``'s memory rows)."""
+    training held it next to the tokens and again in the copy of its training part (``benchmarks/train_memory.py``)."""
 
     def __init__(self, mean: np.ndarray, row: np.ndarray, tokens: np.ndarray | None = None,
                  mask: np.ndarray | None = None, src_rows: np.ndarray | None = None):
@@ -311,7 +310,7 @@ class TaskCentredTokens:
 class RowView:
     """Some records of a large per-record array (the token tensor), without copying them: ``base`` and the selected
     record indices ``rows``. ``view[rows2, ...]`` reads ``base[rows[rows2], ...]`` (a batch: a small copy),
-    ``view.select(rows2)`` is a view of a selection of the view, ``np.asarray(view)`` copies the whole selection,
+    ``RowView(view, rows2)`` is a view of a selection of the view, ``np.asarray(view)`` copies the whole selection,
     and ``len`` / ``shape`` / ``dtype`` / ``ndim`` are those of the selection. ``training._part`` hands the rankers
     their training part of the token tensor this way: a copy of it was the largest allocation of training after the
     tensor itself (``benchmarks/train_memory.py``)."""
@@ -322,9 +321,6 @@ class RowView:
             self.base, self.rows = base.base, base.rows[rows]
         else:
             self.base, self.rows = base, np.asarray(rows, np.int64)
-
-    def select(self, rows) -> "RowView":
-        return RowView(self, rows)
 
     def __getitem__(self, key):
         if isinstance(key, tuple):

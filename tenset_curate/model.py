@@ -84,9 +84,10 @@ Tokens centred within the task (``token_relative``, attention only, on by defaul
     top-1 / top-5): K80 -> MI50 zero-shot 0.743 / 0.792 / 0.911 -> 0.754 / 0.824 / 0.907; depthwise held out
     0.597 / 0.633 / 0.785 -> 0.645 / 0.751 / 0.833 (random top-1 0.653). Directories saved before it existed load
     with it off. The centred tokens are held as ``features.TaskCentredTokens`` (one mean sequence per task; each
-    batch's rows are centred when the batch is built, with the same float32 operations as the dense array): a dense
-    copy as large as the token tensor, held next to it and again in the training part, took training on 172k records
-    from 4.0 to 6.3 GB peak RSS (``benchmarks/train_memory.py``).
+    batch's rows are centred when the batch is built, with the same float32 operations as the dense array), and the
+    training part reads the token tensor through a ``features.RowView`` instead of a copy: with a dense copy of the
+    centred tokens and a copied training part, training on 172k real records peaked at 6.4 GB, now 3.4 GB
+    (``benchmarks/train_memory.py``, same run).
 
 Fine-tuning (``Ranker.fine_tune``; ``training.fit_on_frame`` calls it for a few-shot split's target hardware)
     A fitted model goes on training on one part of the data alone, typically the records of the hardware it will
