@@ -9,7 +9,9 @@ train part (valid part for early stopping), scoring TenSet's metrics on the test
 - ``within_k80``: within-task on roller-k80 alone (TenSet's 90/10 per task);
 - ``k80_mi50``: hardware-wise, trained on K80, tested on MI50 (zero-shot);
 - ``k80_mi50_fs10``: the same with 10% of MI50's records moved into training;
-- ``no_depthwise``: operator-wise, depthwise held out (both GPUs).
+- ``no_depthwise``: operator-wise, depthwise held out (both GPUs);
+- ``k80_tasks``: task-wise on roller-k80, a fifth of the tasks held out (the network-wise bar's question, programs of
+  tasks the model never saw, for logs without network_info).
 
 ``random`` is the exact expectation of a uniformly random ranking (metrics.random_topk_expectation; PCA 0.5).
 Writes reports/model_splits.md and .json. Attention trains with one thread (on a shared 2-core machine a second
@@ -36,6 +38,7 @@ SPLITS = {
     "k80_mi50_fs10": ("gpu", dict(scheme="hardware", train_hw=["roller-k80"], test_hw=["roller-mi50"],
                                   few_shot=0.1, seed=0)),
     "no_depthwise": ("gpu", dict(scheme="operator", holdout=["depthwise"], seed=0)),
+    "k80_tasks": ("k80", dict(scheme="task", test_fraction=0.2, seed=0)),
 }
 
 

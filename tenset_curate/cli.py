@@ -145,10 +145,11 @@ def prune(
 @splits_app.command("make")
 def splits_make(
     dataset: Path = typer.Argument(...),
-    scheme: str = typer.Option(..., help="within-task | network | operator | hardware"),
+    scheme: str = typer.Option(..., help="within-task | network | operator | hardware | task"),
     name: Optional[str] = typer.Option(None, help="split name (default: the scheme)"),
     seed: int = typer.Option(0),
-    test_fraction: float = typer.Option(0.1),
+    test_fraction: float = typer.Option(0.1, help="within-task: share of each task's records in test; task: share "
+                                        "of the tasks held out"),
     valid_fraction: float = typer.Option(0.1),
     holdout: Optional[str] = typer.Option(None, help="comma list: networks or operator classes to hold out"),
     train_hw: Optional[str] = typer.Option(None, help="comma list of training hardware"),

@@ -89,6 +89,17 @@ Tokens centred within the task (``token_relative``, attention only, on by defaul
     centred tokens and a copied training part, training on 172k real records peaked at 6.4 GB, now 3.4 GB
     (``benchmarks/train_memory.py``, same run).
 
+Workload arguments (``workload_args``; attention only, off by default)
+    The flat features end with the workload's numeric arguments (``features.FLAT_NAMES``' ``wl_arg*``: the operator's
+    shape). They are the same for every program of a task, so inside a within-task ranking they act only through
+    interactions, and for a task the model never saw they are values outside its training range; the loop extents
+    the schedule tokens carry (``log_extent`` of every split) already tell the model how a tile fits its loop. The
+    attention model reads them as 0 (``without_workload_args``); ``workload_args=True`` gives them back, and
+    directories saved before the option existed load with it on. Measured with ``benchmarks/model_splits.py``
+    (``reports/model_splits.md``, "Workload arguments"): on roller-k80 with a fifth of the tasks held out (split
+    ``k80_tasks``, three held-out sets x two model seeds) PCA / top-1 0.787 / 0.904 -> 0.793 / 0.917, top-1 at least
+    0.905 in all six runs where the arguments let it fall to 0.881; the other splits moved within seed noise.
+
 Fine-tuning (``Ranker.fine_tune``; ``training.fit_on_frame`` calls it for a few-shot split's target hardware)
     A fitted model goes on training on one part of the data alone, typically the records of the hardware it will
     rank: the torch models for ``finetune_epochs`` (8) at ``finetune_lr`` (default: the model's ``lr``) with the same
@@ -122,7 +133,7 @@ from typing import Any
 import numpy as np
 
 from . import metrics as _metrics
-from .features import RowView, TaskCentredTokens
+from .features import FLAT_NAMES, RowView, TaskCentredTokens
 
 __all__ = [
     "ModelLoadError",
@@ -185,6 +196,24 @@ def task_relative_inputs(data: dict, flat: np.ndarray) -> np.ndarray:
     rel = _within_task(data, "flat_rel", flat, task_relative,
                        "standardises features within tasks (task_relative=True)")
     return np.concatenate([flat, rel], axis=1)
+
+
+# columns of features.FLAT_NAMES holding the workload's numeric arguments (its shape)
+WORKLOAD_ARG_COLUMNS = np.array([i for i, n in enumerate(FLAT_NAMES) if n.startswith("wl_arg")])
+
+
+def without_workload_args(flat: np.ndarray) -> np.ndarray:
+    """``flat`` (laid out as ``features.FLAT_NAMES``, possibly followed by more columns) with the workload-argument
+    columns set to 0, for a model with ``workload_args=False``. The arguments are one task's shape, the same for
+    every program of the task: inside a ranking they can only act through interactions with other features, and
+    for a task the model has not seen they are values outside its training range. A flat width other than
+    ``FLAT_NAMES``' (features the caller made itself) is refused."""
+    if flat.shape[1] < len(FLAT_NAMES):
+        raise ValueError(f"workload_args=False needs flat features laid out as features.FLAT_NAMES "
+                         f"({len(FLAT_NAMES)} columns), got {flat.shape[1]}")
+    out = np.array(flat, np.float32, copy=True)
+    out[:, WORKLOAD_ARG_COLUMNS] = 0.0
+    return out
 
 
 def token_relative_inputs(data: dict, tokens: np.ndarray, mask: np.ndarray):
@@ -412,8 +441,11 @@ class Ranker:
         return _metrics.evaluate_predictions(data["task_ids"], data["labels"], preds, groups)
 
     def flat_inputs(self, data: dict, flat: np.ndarray) -> np.ndarray:
-        """The flat features the model sees: as given, plus (``task_relative``) each one standardised within its
-        task (``task_relative_inputs``), appended after the raw ones."""
+        """The flat features the model sees: as given, but (``workload_args=False``) with the workload's shape
+        arguments set to 0, plus (``task_relative``) each one standardised within its task
+        (``task_relative_inputs``), appended after the raw ones."""
+        if not self.hparams.get("workload_args", True):
+            flat = without_workload_args(flat)
         if not self.hparams.get("task_relative") or flat.shape[1] == 0:
             return flat
         return task_relative_inputs(data, flat)
@@ -946,9 +978,9 @@ class AttentionRanker(_TorchRanker):
         d_model=32, n_heads=2, n_layers=1, ff_mult=2, dropout=0.0, head_hidden=64,
         use_flat=True, input_clip=20.0, lr=5e-3, epochs=30, patch=4, attn_impl="math",
         loss="ranknet+lambdarank", tasks_per_batch=16, records_per_task=32, infer_batch_size=1024,
-        task_relative=True, token_relative=True,
+        task_relative=True, token_relative=True, workload_args=False,
     )
-    _legacy_hparams = dict(patch=1, attn_impl="sdpa", task_relative=False, token_relative=False)
+    _legacy_hparams = dict(patch=1, attn_impl="sdpa", task_relative=False, token_relative=False, workload_args=True)
 
     def _feature_arrays(self, data: dict) -> dict:
         tokens = data.get("tokens")

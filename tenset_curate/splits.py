@@ -9,12 +9,15 @@ depend on row order or on how the data was sharded):
   every task of a held-out network is test; tasks a held-out network shares with training networks are removed
   from training (never in both), and the report says how many.
 - ``operator``: hold out operator classes (``--holdout depthwise``).
+- ``task``: hold out a seeded random share ``--test-fraction`` of the tasks (workload keys), every record of a
+  held-out task on every hardware. The network split's question (programs of operators and shapes the model never
+  saw) for data without network_info: a network split holds out its networks' tasks.
 - ``hardware``: train on ``--train-hw``, test on ``--test-hw``; ``--few-shot F`` puts a fraction F of the test
   hardware's records (per task) into training, the rest stay test.
 
 A split is a Parquet table ``splits/<name>.parquet`` (record_id, hardware, task_id, part) and a DuckDB view
-``split_<name>`` in the catalog. Leak-free by construction: a task (network, operator splits) or a record
-(within-task, hardware splits) is never in both train and test.
+``split_<name>`` in the catalog. Leak-free by construction: a task (network, operator, task splits) or a
+record (within-task, hardware splits) is never in both train and test.
 """
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-SCHEMES = ["within-task", "network", "operator", "hardware"]
+SCHEMES = ["within-task", "network", "operator", "hardware", "task"]
 # TenSet's held-out networks (scripts/common.py, make_dataset.py's test set)
 TENSET_TEST_NETWORKS = ["resnet_50", "mobilenet_v2", "resnet3d_18", "bert_base", "bert_tiny"]
 
@@ -87,6 +90,15 @@ def make_split(records: pl.DataFrame, scheme: str, seed: int = 0, test_fraction:
         part[in_test] = "test"
         info.update({"holdout": nets, "test_tasks": len(test_keys), "shared_tasks_removed_from_train": len(shared),
                      "shared_task_records": int(df["workload_key"].is_in(list(shared)).sum())})
+    elif scheme == "task":
+        if not 0.0 < test_fraction < 1.0:
+            raise ValueError("task split needs 0 < --test-fraction < 1 (the share of tasks held out)")
+        keys = df["workload_key"].unique().sort()
+        held = keys.filter(pl.Series(_u01(keys, seed, "task") < test_fraction))
+        if held.len() == 0:
+            raise ValueError(f"no task drawn for the test part ({keys.len()} tasks, --test-fraction {test_fraction})")
+        part[df["workload_key"].is_in(held).to_numpy()] = "test"
+        info.update({"test_fraction": test_fraction, "test_tasks": held.len(), "tasks": keys.len()})
     elif scheme == "hardware":
         if not train_hw or not test_hw:
             raise ValueError("hardware split needs --train-hw and --test-hw")
@@ -104,7 +116,7 @@ def make_split(records: pl.DataFrame, scheme: str, seed: int = 0, test_fraction:
     part[tr & v] = "valid"
     out = df.select("record_id", "hardware", "task_id").with_columns(pl.Series("part", part.astype(str)))
     out = out.filter(pl.col("part") != "drop")
-    if scheme in ("network", "operator"):  # leak-freedom by construction: a task is in one side only
+    if scheme in ("network", "operator", "task"):  # leak-freedom by construction: a task is in one side only
         test_tasks = set(out.filter(pl.col("part") == "test")["task_id"])
         out = out.with_columns(pl.when(pl.col("task_id").is_in(list(test_tasks)) & (pl.col("part") != "test"))
                                .then(pl.lit("removed")).otherwise(pl.col("part")).alias("part"))

@@ -144,7 +144,8 @@ def fit_on_frame(df: pl.DataFrame, kind: str, seed: int = 0, epochs: int = 10, d
     Measured on K80 + 10% of MI50, MI50 tested (``benchmarks/model_splits.py --splits k80_mi50_fs10``, seed 0;
     PCA / top-1 / top-5, without -> with fine-tuning): attention 0.831 / 0.909 / 0.956 -> 0.841 / 0.916 / 0.967,
     GBDT 0.794 / 0.919 / 0.965 -> 0.800 / 0.923 / 0.966, TenSet's MLP 0.653 / 0.532 / 0.792 -> 0.663 / 0.605 / 0.805;
-    over seeds 0-2 attention 0.843 / 0.916 / 0.967 and GBDT 0.798 / 0.918 / 0.965 (reports/model_splits.md).
+    over seeds 0-2 attention 0.839 / 0.915 / 0.960 (0.843 / 0.916 / 0.967 while it read the workload arguments) and
+    GBDT 0.798 / 0.918 / 0.965 (reports/model_splits.md).
     Fine-tuning costs about 2 s (7,177 MI50 training records) against about 90 s for the first fit."""
     d = arrays(df)
     part = df["part"].to_numpy()

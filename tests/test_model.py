@@ -21,6 +21,7 @@ pytest.importorskip("lightgbm")
 
 from tenset_curate.metrics import evaluate_predictions  # noqa: E402
 from tenset_curate.model import (  # noqa: E402
+    WORKLOAD_ARG_COLUMNS,
     AttentionRanker,
     GBDTRanker,
     MLPRanker,
@@ -208,7 +209,9 @@ def test_attention_ignores_a_flat_feature_that_was_constant_in_training(real_spl
     base = at(3.0)
     np.testing.assert_array_equal(base, at(7.5))
     np.testing.assert_array_equal(base, at(-100.0))
-    k = int(np.argmax(train["flat"].std(0)))  # a feature that varies in training moves the scores
+    sd = train["flat"].std(0)
+    sd[WORKLOAD_ARG_COLUMNS] = 0  # the workload's shape, which the attention model does not read (workload_args)
+    k = int(np.argmax(sd))  # a feature that varies in training moves the scores
     moved = test["flat"].copy()
     moved[:, k] += 5 * train["flat"][:, k].std()
     assert not np.allclose(base, m.predict(dict(test, flat=moved)))
@@ -442,3 +445,26 @@ def test_cropped_batches_predict_like_padding_to_full_length(real_splits, patch)
     # the records of one task in one padded block, as in training: same scores
     one = np.flatnonzero(test["task_ids"] == test["task_ids"][0])
     np.testing.assert_allclose(m.predict({k: v[one] for k, v in padded.items()}), ref[one], rtol=0, atol=1e-5)
+
+
+def test_attention_does_not_read_the_workload_arguments_unless_asked(real_splits, tmp_path):
+    """``workload_args=False`` (the attention default): the task's shape arguments (features.FLAT_NAMES' wl_arg*)
+    do not reach the network, so changing them changes no score; with ``workload_args=True`` they do. A directory
+    saved before the option existed loads with them on and predicts as before."""
+    train, _, test = real_splits
+    moved = dict(test, flat=test["flat"].copy())
+    moved["flat"][:, WORKLOAD_ARG_COLUMNS] += 3.0
+    off = AttentionRanker(epochs=1, num_threads=1, progress=False).fit(train)
+    assert off.hparams["workload_args"] is False
+    np.testing.assert_array_equal(off.predict(test), off.predict(moved))
+    on = AttentionRanker(epochs=1, num_threads=1, progress=False, workload_args=True).fit(train)
+    assert not np.allclose(on.predict(test), on.predict(moved))
+    d = on.save(tmp_path / "old")
+    cfg = json.loads((d / "config.json").read_text())
+    del cfg["hparams"]["workload_args"]
+    (d / "config.json").write_text(json.dumps(cfg))
+    old = load_model(d)
+    assert old.hparams["workload_args"] is True
+    np.testing.assert_array_equal(old.predict(moved), on.predict(moved))
+    with pytest.raises(ValueError, match="FLAT_NAMES"):
+        off.flat_inputs(test, test["flat"][:, :10])

@@ -300,3 +300,25 @@ def test_hybrid_keeps_each_tasks_fastest_programs(pooling, monkeypatch):
 
     assert missed_top(0.1) == 0
     assert missed_top(0.0) > 0
+
+
+def test_task_split_holds_out_whole_tasks_on_every_hardware(k80_mi50_dataset):
+    """``task``: a seeded share of the workloads is test on both GPUs, every record of it; nothing of it trains."""
+    recs = load_records(k80_mi50_dataset, ["record_id", "hardware", "task_id", "workload_key"])
+    a, info = make_split(recs, "task", seed=0, test_fraction=0.25)
+    b, _ = make_split(recs, "task", seed=0, test_fraction=0.25)
+    c, _ = make_split(recs, "task", seed=1, test_fraction=0.25)
+    assert a.equals(b)  # deterministic for a seed
+    parts = a.join(recs.select("record_id", "workload_key"), on="record_id")
+    test_keys = set(parts.filter(pl.col("part") == "test")["workload_key"])
+    assert test_keys and set(parts.filter(pl.col("part") != "test")["workload_key"]).isdisjoint(test_keys)
+    n_tasks = recs["workload_key"].n_unique()
+    assert len(test_keys) == info["test_tasks"] and info["tasks"] == n_tasks > 20
+    assert 0.1 * n_tasks <= len(test_keys) <= 0.5 * n_tasks  # about a quarter of the tasks
+    held = recs.filter(pl.col("workload_key").is_in(list(test_keys)))
+    assert set(held["hardware"]) == {"roller-k80", "roller-mi50"}  # a held-out task is held out on every GPU
+    assert held.height == info["counts"]["test"] and a.height == recs.height  # every record has a part
+    assert not a.filter(pl.col("part") == "test")["record_id"].equals(
+        c.filter(pl.col("part") == "test")["record_id"])  # another seed draws other tasks
+    with pytest.raises(ValueError, match="test-fraction"):
+        make_split(recs, "task", test_fraction=1.0)
