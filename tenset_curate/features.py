@@ -248,7 +248,9 @@ class TaskCentredTokens:
     selects rows; ``len``, ``shape`` and ``np.asarray`` (the dense array) behave like the dense array's.
 
     It exists for memory: the dense array is as large as the token tensor (8 KB a record at 64 x 32 float32), and
-    training held it next to the tokens and again in the copy of its training part (``benchmarks/train_memory.py``)."""
+    training held it next to the tokens and again in the copy of its training part (``benchmarks/train_memory.py``).
+    The price is the centring of every batch: inference on 50k K80 records, 2 threads, best of 8 runs in one process,
+    146k records/s against 163k with the dense array."""
 
     def __init__(self, mean: np.ndarray, row: np.ndarray, tokens: np.ndarray | None = None,
                  mask: np.ndarray | None = None, src_rows: np.ndarray | None = None):
