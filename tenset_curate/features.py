@@ -303,9 +303,7 @@ class TaskCentredTokens:
         if len(self.row) == 0:
             return np.zeros(self.shape, dtype or np.float32)
         rows = slice(None) if self._src_rows is None else self._src_rows
-        t = self._tokens[rows]
-        m = np.asarray(self._mask[rows], np.float32)[:, :, None]
-        out = (t - self.mean[self.row]) * m
+        out = self.take(self._tokens[rows], self._mask[rows], slice(None), self.mean.shape[1])
         return out if dtype is None else out.astype(dtype)
 
 

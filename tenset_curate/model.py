@@ -232,7 +232,10 @@ def _as(data: dict, key: str, dtype, ndim: int, required: bool = True):
         if required:
             raise KeyError(f"data dict is missing {key!r}")
         return None
-    arr = np.asarray(data[key])
+    arr = data[key]
+    if isinstance(arr, RowView) and arr.dtype == dtype and arr.ndim == ndim:
+        return arr  # training's part of the token tensor: stays a view, read batch by batch
+    arr = np.asarray(arr)
     if arr.dtype != dtype:
         arr = arr.astype(dtype)
     if arr.ndim != ndim:
@@ -985,9 +988,7 @@ class AttentionRanker(_TorchRanker):
     _legacy_hparams = dict(patch=1, attn_impl="sdpa", task_relative=False, token_relative=False, workload_args=True)
 
     def _feature_arrays(self, data: dict) -> dict:
-        tokens = data.get("tokens")
-        if not (isinstance(tokens, RowView) and tokens.dtype == np.float32 and tokens.ndim == 3):
-            tokens = _as(data, "tokens", np.float32, 3)  # a RowView (training's part of the tensor) stays a view
+        tokens = _as(data, "tokens", np.float32, 3)
         mask = _as(data, "mask", np.bool_, 2)
         flat = _as(data, "flat", np.float32, 2, required=False)
         if flat is None:

@@ -81,7 +81,7 @@ def _part(d: dict, mask: np.ndarray) -> dict:
     """The records ``mask`` selects (a boolean mask or row indices, repeats allowed) of ``arrays``' dict. The token
     tensor is not copied: the part holds a ``features.RowView`` of it, which the attention ranker reads batch by
     batch; the other arrays are copied (a few hundred bytes a record)."""
-    out = {k: (RowView(v, mask) if k == "tokens" and isinstance(v, (np.ndarray, RowView)) else v[mask])
+    out = {k: (RowView(v, mask) if k == "tokens" else v[mask])
            for k, v in d.items() if isinstance(v, (np.ndarray, RowView, TaskCentredTokens))}
     out["groups"] = {k: v[mask] for k, v in d["groups"].items()}
     return out
