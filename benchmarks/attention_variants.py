@@ -1,8 +1,8 @@
 """Experiment (not the product's default): model input variants on the transfer splits of benchmarks/model_splits.py.
 
     python benchmarks/attention_variants.py SPLIT VARIANT [--model attention|gbdt] [--seed S]
-    # SPLIT: k80_mi50 | no_depthwise | k80_mi50_fs10 (| within_k80)
-    # VARIANT: default | relonly | hw | tokrelonly | relall | taskvalid
+    # SPLIT: k80_mi50 | no_depthwise | k80_mi50_fs10 | k80_tasks (| within_k80)
+    # VARIANT: default | relonly | hw | tokrelonly | relall | taskvalid | loops | loopsrel
 
 Needs the converted datasets and splits that ``python benchmarks/model_splits.py`` leaves under
 /tmp/tc-bench-model-splits. 24 epochs, one thread; prints PCA / top-1 / top-5 on the test part as one JSON line.
@@ -37,6 +37,21 @@ Needs the converted datasets and splits that ``python benchmarks/model_splits.py
   train on. no_depthwise seeds 0/1/2: 0.656/0.773/0.861, 0.649/0.741/0.840, 0.625/0.715/0.828 (mean top-1 0.743
   against the default's 0.758; seed 2 stopped after a few epochs); k80_mi50 seed 0: 0.752/0.828/0.915 against
   0.759/0.857/0.911. Worse: splits keep validating on records.
+- ``loops`` / ``loopsrel`` (session 13): the loop extents replayed from Ansor's steps (``loops.loop_tokens``: the
+  loop each annotation binds, each fuse makes, each follow split's lengths) as 7 more token columns; ``loops``
+  gives them raw and centred within the task like the other columns, ``loopsrel`` centred only (the raw copy 0).
+  PCA / top-1 / top-5 against the default (today's, ``workload_args=False``):
+  k80_tasks seeds 0/1/2 default 0.748/0.933/0.952, 0.746/0.918/0.953, 0.755/0.933/0.957; ``loops``
+  0.764/0.933/0.952, 0.755/0.948/0.955, 0.755/0.917/0.956 (mean PCA 0.749 -> 0.758); ``loopsrel`` seed 0
+  0.767/0.933/0.956. k80_mi50 seeds 0/1/2 default 0.757/0.874/0.909, 0.763/0.845/0.905, 0.759/0.844/0.916;
+  ``loops`` 0.765/0.871/0.909, 0.763/0.823/0.913, 0.768/0.847/0.919 (mean 0.760/0.854/0.910 ->
+  0.765/0.847/0.914); ``loopsrel`` seed 0 0.764/0.860/0.922. But no_depthwise seed 0 default 0.668/0.793/0.852;
+  ``loops`` 0.570/0.652/0.761 (seed 1: 0.570/0.669/0.812), ``loopsrel`` 0.619/0.715/0.845; the annotation and
+  fuse extents alone (centred only) 0.594/0.696/0.855, the follow-split lengths alone 0.628/0.589/0.801, only the
+  threadIdx/vthread extents (raw and centred) 0.628/0.718/0.862, ``loops`` with the columns zeroed for a random
+  half of the training records 0.629/0.732/0.838. Every form costs operator transfer 4-10 PCA and 6-14 top-1
+  points (the bar there is top-1 >= 0.753): what the training operators' fast programs do with threads and
+  blocks does not carry over to depthwise convolutions. Not adopted.
 """
 from __future__ import annotations
 
@@ -49,6 +64,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from tenset_curate.features import TaskCentredTokens, task_centred_tokens
+from tenset_curate.loops import loop_tokens
 from tenset_curate.metrics import evaluate_predictions
 from tenset_curate.training import _part, arrays, balanced_rows, labelled_split, make_model
 
@@ -67,7 +84,8 @@ def hardware_columns(df: pl.DataFrame) -> np.ndarray:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("split", choices=list(SPLITS))
-    ap.add_argument("variant", choices=["default", "relonly", "hw", "tokrelonly", "relall", "taskvalid"])
+    ap.add_argument("variant", choices=["default", "relonly", "hw", "tokrelonly", "relall", "taskvalid", "loops",
+                                        "loopsrel"])
     ap.add_argument("--model", choices=["attention", "gbdt"], default="attention")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--work", default="/tmp/tc-bench-model-splits")
@@ -95,6 +113,15 @@ def main(argv=None) -> None:
     elif a.variant == "hw":
         hw = hardware_columns(df)  # constant within a task: its within-task standardised value is 0
         d = dict(d, flat=np.concatenate([d["flat"], hw], 1), flat_rel=np.concatenate([d["flat_rel"], 0 * hw], 1))
+    elif a.variant in ("loops", "loopsrel"):  # the replayed loop extents as more token columns
+        base = d["tokens"].shape[2]
+        toks = np.concatenate([d["tokens"], loop_tokens(df["steps"], d["tokens"].shape[1])], axis=2)
+        if a.variant == "loopsrel":  # ... centred within the task only: the raw copy of those columns is 0
+            rel = task_centred_tokens(toks, d["mask"], d["task_ids"])  # dense: the raw tokens now differ from it
+            toks[:, :, base:] = 0
+            d = dict(d, tokens=toks, tok_rel=rel)
+        else:
+            d = dict(d, tokens=toks, tok_rel=TaskCentredTokens.of(toks, d["mask"], d["task_ids"]))
     m = make_model(a.model, a.seed, 24, "cpu", False, **hp)
     rows = balanced_rows(np.flatnonzero(part == "train"), d["groups"]["hardware"])
     t0 = time.time()
