@@ -113,22 +113,18 @@ def replay(steps: list[dict]) -> dict[int, list]:
             e = lst[ints[1]]
             lst[ints[1]:ints[1] + 1] = [_ceil_div(e, ln), ln] if ints[3] else [ln, _ceil_div(e, ln)]
             out[k] = [None, None, ln] + [None] * (FOLLOW_LENGTHS - 1)
-        elif kind == "FU" and ints and ints[0] >= 0:
-            ids = lists[0] if lists else []
+        elif kind in ("FU", "RE") and ints and ints[0] >= 0:
+            ids = lists[0] if lists else []  # the iterators fused, or the new order
             if not ids or any(v is None or v < 0 for v in ids):
                 continue
             lst = stage(ints[0])
             grow(lst, max(ids))
+            if kind == "RE":
+                stages[ints[0]] = [lst[i] for i in ids] + lst[len(ids):]
+                continue
             fused = _prod([lst[i] for i in ids])
             lst[min(ids):max(ids) + 1] = [fused]
             out[k] = [None, fused] + [None] * FOLLOW_LENGTHS
-        elif kind == "RE" and ints and ints[0] >= 0:
-            order = lists[0] if lists else []
-            if not order or any(v is None or v < 0 for v in order):
-                continue
-            lst = stage(ints[0])
-            grow(lst, max(order))
-            stages[ints[0]] = [lst[i] for i in order] + lst[len(order):]
         elif kind == "AN" and len(ints) >= 2 and min(ints[:2]) >= 0:
             lst = stage(ints[0])
             grow(lst, ints[1])
