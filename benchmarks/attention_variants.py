@@ -31,7 +31,11 @@ Needs the converted datasets and splits that ``python benchmarks/model_splits.py
   everywhere else (seed 0 unless said): within_k80 0.871/0.972/0.992 -> 0.859/0.970/0.989 (top-1 under the 0.97
   bar), k80_mi50 0.759/0.857/0.911 -> 0.754/0.835/0.902 (seed 1: 0.749/0.829/0.900), k80_mi50_fs10 (before
   fine-tuning) 0.831/0.909/0.956 -> 0.818/0.902/0.954. Absolute tile sizes and extents matter within a hardware and
-  across GPUs; only operator transfer does better without them. Not adopted.
+  across GPUs; only operator transfer does better without them. Not adopted. ``tokrelonly`` re-measured in session 13
+  on the splits it had not seen (today's default, ``workload_args=False``): k80_tasks seeds 0/1/2
+  0.736/0.897/0.942, 0.754/0.917/0.953, 0.756/0.939/0.956 (mean 0.749/0.918/0.951 against the default's
+  0.749/0.928/0.954), k80_mi50 seed 0 0.748/0.823/0.912 (default 0.757/0.874/0.909), within_k80 seed 0
+  0.865/0.967/0.990 (default 0.868/0.972/0.992, top-1 under the 0.97 bar). Unseen tasks gain nothing either.
 - ``taskvalid`` (session 11): early stopping on 10% of the training *tasks*, held out whole, instead of 10% of the
   training records, so that validation, like the test part of a transfer split, sees only tasks the model did not
   train on. no_depthwise seeds 0/1/2: 0.656/0.773/0.861, 0.649/0.741/0.840, 0.625/0.715/0.828 (mean top-1 0.743
