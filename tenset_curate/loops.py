@@ -39,6 +39,9 @@ import numpy as np
 import polars as pl
 
 FOLLOW_LENGTHS = 5
+# no Ansor state has this many stages or iterators in a stage; a step naming a larger index is malformed and skipped
+# (growing the replay's lists to it would take memory in proportion to the index)
+MAX_INDEX = 4096
 REPLAYED = ["SP", "FSP", "FFSP", "FU", "RE", "AN", "CHR", "CHW", "RF"]  # the step kinds that move loops or stages
 STEP_OUTPUTS = ["ann_extent", "fused_extent"] + [f"follow_len{j + 1}" for j in range(FOLLOW_LENGTHS)]
 
@@ -84,7 +87,9 @@ def replay(steps: list[dict]) -> dict[int, list]:
 
     for k, s in enumerate(steps):
         kind, ints, lists = s.get("kind"), s.get("ints") or [], s.get("lists") or []
-        if any(v is None for v in ints):
+        if any(v is None or v > MAX_INDEX for v in ints[:2]) or any(v is None for v in ints):
+            continue
+        if kind in ("FU", "RE", "FFSP") and lists and any(v is not None and v > MAX_INDEX for v in lists[0] or []):
             continue
         if kind == "SP" and len(ints) >= 4 and ints[0] >= 0 and ints[1] >= 0:
             lst = stage(ints[0])

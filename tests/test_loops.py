@@ -188,15 +188,16 @@ def test_metaschedule_traces_get_no_loop_extents(tmp_path):
 
 _step = st.fixed_dictionaries({
     "kind": st.sampled_from(["SP", "FSP", "FFSP", "FU", "RE", "AN", "CHR", "CHW", "RF", "CA", "PR", "XX"]),
-    "ints": st.lists(st.one_of(st.none(), st.integers(-3, 40)), max_size=5),
-    "lists": st.lists(st.lists(st.one_of(st.none(), st.integers(-2, 64)), max_size=6), max_size=2),
+    "ints": st.lists(st.one_of(st.none(), st.integers(-3, 40), st.just(2**40)), max_size=5),
+    "lists": st.lists(st.lists(st.one_of(st.none(), st.integers(-2, 64), st.just(2**40)), max_size=6), max_size=2),
 })
 
 
 @given(st.lists(st.lists(_step, max_size=25), min_size=1, max_size=6))
 def test_malformed_steps_never_raise(records):
-    """Indices out of range, negative or missing values, follow splits of later or non-split steps, empty fuse
-    lists: the replay leaves what it cannot follow unknown and never raises; known extents are positive."""
+    """Indices out of range (2**40 included: no list grows to it), negative or missing values, follow splits of later
+    or non-split steps, empty fuse lists: the replay leaves what it cannot follow unknown and never raises; known
+    extents are positive."""
     ext = loop_extents(pl.Series("steps", records, dtype=pl.List(pl.Struct(
         {"kind": pl.String, "ints": pl.List(pl.Int64), "lists": pl.List(pl.List(pl.Int64)), "strs": pl.List(pl.String),
          "floats": pl.List(pl.Float64)}))))
