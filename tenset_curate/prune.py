@@ -55,6 +55,11 @@
   roller-mi50 0.45 (-0.39, -0.32) -> (-0.50, +0.31), 0.7 (-1.47, -1.82) -> (-1.56, -0.68); roller-k80 0.45
   (-0.16, +0.10) -> (-0.12, +0.02), 0.7 (-0.91, -0.38) -> (-0.97, -1.41). It trades PCA for top-1 on MI50 and
   leaves MI50's PCA bars as far off, so it was dropped.
+  Tried in session 13: kernel herding in place of the k-means representatives (greedy picks that make the kept
+  set's RBF kernel mean, median-distance bandwidth, match the whole pool's over the same coordinates: a sample that
+  keeps the pool's density rather than covering its space; throwaway script over ``benchmarks/prune_sweep.py``).
+  (PCA, top-1) against full: roller-mi50 0.45 (-0.39, -0.32) -> (-0.64, -0.44), 0.7 (-1.47, -1.82) -> (-1.70,
+  -1.18), random (-0.89, -1.02) and (-1.98, -2.63) in the same run. Closer to random on PCA; dropped.
 
 Invariants (checked): deterministic for a seed; every (hardware, task) keeps its best valid record and at least
 ``min_keep`` records (or all it has); the achieved ratio is within 1% of the request whenever the minimums allow;
