@@ -60,6 +60,12 @@
   keeps the pool's density rather than covering its space; throwaway script over ``benchmarks/prune_sweep.py``).
   (PCA, top-1) against full: roller-mi50 0.45 (-0.39, -0.32) -> (-0.64, -0.44), 0.7 (-1.47, -1.82) -> (-1.70,
   -1.18), random (-0.89, -1.02) and (-1.98, -2.63) in the same run. Closer to random on PCA; dropped.
+  Also tried in session 13: coreset weights, each k-means representative weighted in the proxy's training by the
+  pool records nearest to it (normalised to mean 1 per task; LightGBM's per-record weights), the pruned data kept
+  as it is. (PCA, top-1) against full, unweighted -> weighted: roller-mi50 0.45 (-0.39, -0.32) -> (-0.27, +0.21),
+  0.7 (-1.47, -1.82) -> (-1.62, -1.44); roller-k80 0.45 (-0.16, +0.10) -> (-0.05, -0.46), 0.7 (-0.91, -0.37) ->
+  (-0.90, -0.62). It would meet MI50's 0.45 bar and lose K80's (top-1), the same trade as every knob above, and it
+  would need a weights file next to the pruned shards that every trainer reads; not built.
 
 Invariants (checked): deterministic for a seed; every (hardware, task) keeps its best valid record and at least
 ``min_keep`` records (or all it has); the achieved ratio is within 1% of the request whenever the minimums allow;
