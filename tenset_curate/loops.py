@@ -71,7 +71,7 @@ def replay(steps: list[dict]) -> dict[int, list]:
     have an output. ``steps`` is the record's ``steps`` column as Python dicts."""
     stages: list[list] = []
     out: dict[int, list] = {}
-    nlen = [len((s.get("lists") or [[]])[0] or []) if s.get("kind") in ("SP",) else 0 for s in steps]
+    nlen = [len((s.get("lists") or [[]])[0] or []) if s.get("kind") == "SP" else 0 for s in steps]
 
     def stage(s: int) -> list:
         while len(stages) <= s:
@@ -87,7 +87,7 @@ def replay(steps: list[dict]) -> dict[int, list]:
 
     for k, s in enumerate(steps):
         kind, ints, lists = s.get("kind"), s.get("ints") or [], s.get("lists") or []
-        if any(v is None or v > MAX_INDEX for v in ints[:2]) or any(v is None for v in ints):
+        if any(v is None for v in ints) or any(v > MAX_INDEX for v in ints[:2]):
             continue
         if kind in ("FU", "RE", "FFSP") and lists and any(v is not None and v > MAX_INDEX for v in lists[0] or []):
             continue
@@ -155,17 +155,20 @@ def _skeleton_hash() -> pl.Expr:
                      pl.when(is_sp).then(sp_ints).otherwise(ints.hash()).alias("ints"), lists.alias("lists")).hash()
 
 
+def _explode(steps: pl.Series) -> pl.DataFrame:
+    """One row per step: ``rid`` (the record's row in ``steps``), ``k`` (the step's index) and the step's fields."""
+    return (pl.DataFrame({"steps": steps}).with_row_index("rid").explode("steps").drop_nulls("steps")
+            .with_columns(pl.int_range(pl.len()).over("rid").alias("k")).unnest("steps"))
+
+
 def loop_extents(steps: pl.Series) -> pl.DataFrame:
     """Per step of every record (``rid`` = row in ``steps``, ``k`` = step index) that has an output, one float64
     column per ``STEP_OUTPUTS`` (NaN: unknown). Steps without an output are absent."""
-    ex = (pl.DataFrame({"steps": steps}).with_row_index("rid").explode("steps").drop_nulls("steps")
-          .with_columns(pl.int_range(pl.len()).over("rid").alias("k")).unnest("steps"))
-    return exploded_loop_extents(ex, steps)
+    return _exploded_loop_extents(_explode(steps), steps)
 
 
-def exploded_loop_extents(ex: pl.DataFrame, steps: pl.Series) -> pl.DataFrame:
-    """``loop_extents`` of ``steps`` given already exploded: one row per step with ``rid``, ``k`` and the step's
-    fields (``features.token_tensor`` explodes the steps once for both)."""
+def _exploded_loop_extents(ex: pl.DataFrame, steps: pl.Series) -> pl.DataFrame:
+    """``loop_extents`` of ``steps`` given ``_explode(steps)`` (``loop_tokens`` explodes once for both)."""
     schema = {"rid": pl.UInt32, "k": pl.Int64, **{c: pl.Float64 for c in STEP_OUTPUTS}}
     if ex.height == 0:
         return pl.DataFrame(schema=schema)
@@ -184,10 +187,8 @@ def exploded_loop_extents(ex: pl.DataFrame, steps: pl.Series) -> pl.DataFrame:
     first = ex["lists"].list.first()
     lens_n = first.list.len().fill_null(0).to_numpy().astype(np.int64)
     lens_off = np.concatenate([[0], np.cumsum(lens_n)[:-1]])
-    lens_val = first.explode().cast(pl.Float64).fill_null(np.nan).to_numpy()
-    # explode() gives an empty or null list one null row: keep only the rows of non-empty lists
-    keep = np.repeat(lens_n > 0, np.maximum(lens_n, 1))
-    lens_val = lens_val[keep] if len(lens_val) == len(keep) else lens_val
+    # the non-empty lists only: explode() gives an empty or null list one null row
+    lens_val = first.filter(pl.Series(lens_n > 0)).explode().cast(pl.Float64).fill_null(np.nan).to_numpy()
 
     def length(g: np.ndarray, j: int) -> np.ndarray:
         ok = j < lens_n[g]
@@ -200,8 +201,7 @@ def exploded_loop_extents(ex: pl.DataFrame, steps: pl.Series) -> pl.DataFrame:
               .group_by("skel", maintain_order=True).agg("rid"))
     for grp in groups["rid"].to_list():
         grp = np.asarray(grp, np.int64)
-        rep = steps[int(grp[0])]
-        exprs = replay(rep.to_list() if hasattr(rep, "to_list") else rep)
+        exprs = replay(steps[int(grp[0])].to_list())
         if not exprs:
             continue
         base = start[grp]
@@ -247,11 +247,10 @@ def loop_tokens(steps: pl.Series, seq_len: int) -> np.ndarray:
     out = np.zeros((len(steps), seq_len, len(STEP_OUTPUTS)), np.float32)
     if len(steps) == 0:
         return out
-    every = (pl.DataFrame({"steps": steps}).with_row_index("rid").explode("steps").drop_nulls("steps")
-             .with_columns(pl.int_range(pl.len()).over("rid").alias("k")).unnest("steps"))
+    every = _explode(steps)
     pos = (every.filter(pl.col("kind").is_in(list(KIND_TO_PRIM))).select(
         "rid", "k", pl.int_range(pl.len()).over("rid").alias("pos")).filter(pl.col("pos") < seq_len))
-    loops = pos.join(exploded_loop_extents(every, steps), on=["rid", "k"], how="inner")
+    loops = pos.join(_exploded_loop_extents(every, steps), on=["rid", "k"], how="inner")
     if loops.height:
         r, p = loops["rid"].to_numpy().astype(np.int64), loops["pos"].to_numpy().astype(np.int64)
         for j, name in enumerate(STEP_OUTPUTS):
