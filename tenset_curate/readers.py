@@ -8,6 +8,12 @@ source is a row, a quarantined line (with the reason), or a comment/blank line, 
 Speed matters (TenSet has 52M records): a line is parsed once with orjson and its fields are appended to plain
 Python lists (one list per column, flat value lists plus offsets for the nested ``steps``), which become Arrow
 arrays in bulk. Target strings and workload keys repeat across a file, so their parses are cached.
+
+Ansor logs have a compiled fast path (``_scan.c``, see its header): blocks of whole lines go to C, which returns
+every line it can convert exactly as the Python code here would as packed column arrays, and hands back every other
+line (unusual escapes, non-ASCII text, huge integers, malformed steps, invalid JSON, ...) to the Python code, which
+gives the reference row or quarantine reason. Both paths read the same blocks (``iter_chunks``), so they agree on
+every file, broken streams included (tests/test_scan.py). ``TENSET_CURATE_PURE_PYTHON=1`` turns the fast path off.
 """
 from __future__ import annotations
 
@@ -16,6 +22,7 @@ import gzip
 import hashlib
 import io
 import math
+import os
 import re
 import struct
 import zlib
@@ -24,6 +31,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterator
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -32,6 +40,11 @@ try:  # vectorised step typing; the pure-Python reference below is the fallback 
     from .fast_steps import steps_from_json
 except ImportError:  # pragma: no cover
     steps_from_json = None
+
+try:  # the compiled Ansor line scanner (_scan.c, built by `pip install`); without it the Python reader runs
+    from . import _scan
+except ImportError:  # pragma: no cover - a build without a C compiler
+    _scan = None
 
 from .schema import (
     ERROR_NAMES,
@@ -593,29 +606,63 @@ def hardware_context(path: Path, cli: str | None, input_root: Path | None) -> Ha
 # Line streams
 
 
+CHUNK_BYTES = 1 << 22  # a read block; lines are cut at its last newline
+
+
+def iter_chunks(path: Path) -> Iterator[tuple[int, bytes | None, str | None]]:
+    """Yield (first_line_no, block, None): blocks of whole lines (newline-terminated, except a last line without
+    one); on a broken stream, (line_no, None, reason) last. Lines of a block that failed to read are lost with it.
+
+    Handles gzip by magic bytes, not by name. Line endings, a BOM and CRs are left to the consumer."""
+    with open(path, "rb") as fh:
+        magic = fh.read(2)
+    opener = gzip.open if magic == b"\x1f\x8b" else open
+    n = 0
+    carry = bytearray()
+    try:
+        with opener(path, "rb") as fh:
+            while True:
+                block = fh.read(CHUNK_BYTES)
+                if not block:
+                    break
+                cut = block.rfind(b"\n") + 1
+                if cut == 0:  # no line ends in this block: keep it for the next one
+                    carry += block
+                    continue
+                if carry:
+                    carry += block[:cut]
+                    chunk = bytes(carry)
+                    carry = bytearray(block[cut:])
+                else:
+                    chunk = block[:cut] if cut < len(block) else block
+                    carry = bytearray(block[cut:])
+                yield n + 1, chunk, None
+                n += chunk.count(b"\n")
+    except (EOFError, OSError, zlib.error, gzip.BadGzipFile) as e:
+        yield n + 1, None, f"corrupt or truncated compressed stream after line {n}: {type(e).__name__}: {e}"
+        return
+    if carry:
+        yield n + 1, bytes(carry), None
+
+
 def iter_lines(path: Path) -> Iterator[tuple[int, bytes | None, str | None]]:
     """Yield (line_no, raw_bytes, None) per line; on a broken stream yield (line_no, None, reason) last.
 
     Handles gzip (by magic bytes, not by name), a UTF-8 BOM and CRLF endings. The line terminator is stripped.
     """
-    with open(path, "rb") as fh:
-        magic = fh.read(2)
-    opener = gzip.open if magic == b"\x1f\x8b" else open
-    n = 0
-    try:
-        with opener(path, "rb") as fh:
-            buf = io.BufferedReader(fh, buffer_size=1 << 20) if opener is gzip.open else fh
-            for raw in buf:
-                n += 1
-                if raw.endswith(b"\n"):
-                    raw = raw[:-1]
-                if raw.endswith(b"\r"):
-                    raw = raw[:-1]
-                if n == 1 and raw.startswith(b"\xef\xbb\xbf"):
-                    raw = raw[3:]
-                yield n, raw, None
-    except (EOFError, OSError, zlib.error, gzip.BadGzipFile) as e:
-        yield n + 1, None, f"corrupt or truncated compressed stream after line {n}: {type(e).__name__}: {e}"
+    for first, chunk, err in iter_chunks(path):
+        if chunk is None:
+            yield first, None, err
+            return
+        lines = chunk.split(b"\n")
+        if chunk.endswith(b"\n"):
+            lines.pop()
+        for n, raw in enumerate(lines, first):
+            if raw.endswith(b"\r"):
+                raw = raw[:-1]
+            if n == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
+            yield n, raw, None
 
 
 def detect_format(path: Path) -> str:
@@ -665,14 +712,18 @@ class _Sink:
                 self.quarantine_line(lineno, f"invalid record: malformed steps: {reason}", raw)
             b = b.filter(pa.array(keep))
         if ansor:  # Ansor rows are counted per batch, after malformed steps were taken out
-            st = self.stats
-            st.rows += b.num_rows
-            st.failed += b.num_rows - pc.sum(b.column("is_valid")).as_py() if b.num_rows else 0
-            for col, d in (("hardware", st.hardware), ("hardware_rule", st.hardware_rules)):
-                vc = pc.value_counts(b.column(col))
-                for name, cnt in zip(vc.field("values").to_pylist(), vc.field("counts").to_pylist()):
-                    d[name] = d.get(name, 0) + cnt
+            self.count_rows(b)
         return b if b.num_rows else None
+
+    def count_rows(self, b: pa.RecordBatch) -> None:
+        """Add a batch of Ansor rows to the file's counts (rows, failed, per hardware and naming rule)."""
+        st = self.stats
+        st.rows += b.num_rows
+        st.failed += b.num_rows - pc.sum(b.column("is_valid")).as_py() if b.num_rows else 0
+        for col, d in (("hardware", st.hardware), ("hardware_rule", st.hardware_rules)):
+            vc = pc.value_counts(b.column(col))
+            for name, cnt in zip(vc.field("values").to_pylist(), vc.field("counts").to_pylist()):
+                d[name] = d.get(name, 0) + cnt
 
     def quarantine_table(self) -> pa.Table:
         return quarantine_table(self.quarantine)
@@ -688,9 +739,10 @@ def read_ansor(path: Path, source_file: str, hw: HardwareContext, sink: _Sink | 
     """Yield RecordBatches for one Ansor/TenSet log; ``sink.stats`` and ``sink.quarantine`` fill as it goes."""
     sink = sink or _Sink(source_file)
     sink.hwctx = hw
+    if scan_enabled():
+        yield from _read_ansor_scan(path, sink)
+        return
     st = sink.stats
-    loads = orjson.loads
-    blake = hashlib.blake2b
     for lineno, raw, err in iter_lines(path):
         if raw is None:
             st.stream_error = err
@@ -698,20 +750,7 @@ def read_ansor(path: Path, source_file: str, hw: HardwareContext, sink: _Sink | 
             st.lines += 1
             break
         st.lines += 1
-        stripped = raw.strip()
-        if not stripped or stripped[:1] == b"#":
-            st.comments += 1
-            continue
-        try:
-            rec = loads(raw)
-        except orjson.JSONDecodeError as e:
-            sink.quarantine_line(lineno, f"invalid JSON: {e}", raw)
-            continue
-        try:
-            _add_ansor_record(sink.cols, rec, raw, lineno, source_file, hw, st, blake)
-        except (ValueError, TypeError, KeyError, IndexError, OverflowError, RecursionError) as e:
-            sink.quarantine_line(lineno, f"invalid record: {type(e).__name__}: {e}", raw)
-            continue
+        _ansor_line(sink, lineno, raw)
         if sink.cols.n >= BATCH_ROWS:
             b = sink.flush()
             if b is not None:
@@ -721,8 +760,184 @@ def read_ansor(path: Path, source_file: str, hw: HardwareContext, sink: _Sink | 
         yield b
 
 
-def _add_ansor_record(cols: _Columns, rec, raw: bytes, lineno: int, source_file: str, hw: HardwareContext,
-                      st: FileStats, blake) -> None:
+def scan_enabled() -> bool:
+    """Whether Ansor logs go through the compiled scanner (built, and not turned off by TENSET_CURATE_PURE_PYTHON)."""
+    return _scan is not None and os.environ.get("TENSET_CURATE_PURE_PYTHON", "") in ("", "0")
+
+
+def _ansor_line(sink: _Sink, lineno: int, raw: bytes) -> None:
+    """One line through the Python reader: a comment, a row in ``sink.cols``, or a quarantined line."""
+    stripped = raw.strip()
+    if not stripped or stripped[:1] == b"#":
+        sink.stats.comments += 1
+        return
+    try:
+        rec = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        sink.quarantine_line(lineno, f"invalid JSON: {e}", raw)
+        return
+    try:
+        _add_ansor_record(sink.cols, rec, raw, lineno, sink.stats)
+    except (ValueError, TypeError, KeyError, IndexError, OverflowError, RecursionError) as e:
+        sink.quarantine_line(lineno, f"invalid record: {type(e).__name__}: {e}", raw)
+
+
+def _read_ansor_scan(path: Path, sink: _Sink) -> Iterator:
+    """``read_ansor`` with the compiled scanner: per block, the rows C converted, and the lines it handed back
+    run through ``_ansor_line``; the two sets of rows are merged in line order."""
+    st = sink.stats
+    for first, chunk, err in iter_chunks(path):
+        if chunk is None:
+            st.stream_error = err
+            sink.quarantine_line(first, err, None)
+            st.lines += 1
+            break
+        r = _scan.scan(chunk, first, first == 1, FAILED_COST_THRESHOLD)
+        st.lines += r["n_lines"]
+        st.comments += r["n_comments"]
+        fast, demoted = _scan_batch(r, sink.source_file, sink.hwctx)
+        slow = np.frombuffer(r["slow"], np.int64).reshape(-1, 3)
+        if len(demoted):
+            slow = np.concatenate([slow, demoted])
+            slow = slow[np.argsort(slow[:, 0], kind="stable")]
+        for lineno, s, e in slow.tolist():
+            _ansor_line(sink, lineno, chunk[s:e])
+        py = sink.flush()
+        if fast is not None:
+            sink.count_rows(fast)
+        if fast is not None and py is not None:
+            t = pa.Table.from_batches([fast, py]).sort_by("line").combine_chunks()
+            out = t.to_batches()[0]
+        else:
+            out = fast if fast is not None else py
+        if out is not None:
+            yield out
+
+
+_VALIDATION_ERRORS = (ValueError, TypeError, KeyError, IndexError, OverflowError, RecursionError)
+
+
+_TARGET_COLUMNS = ["target_kind", "target_keys", "target_mcpu", "target_arch", "target_model", "target_mtriple",
+                   "target_num_cores", "target_max_num_threads", "target_warp_size", "target_attrs", "hardware",
+                   "hardware_rule"]
+_KEY_COLUMNS = ["workload_name", "workload_hash", "workload_args", "workload_str_args"]
+
+
+def _row_table(names: list[str], values: tuple | None) -> pa.Table:
+    return pa.table({c: pa.array([None if values is None else values[j]], RECORD_SCHEMA.field(c).type)
+                     for j, c in enumerate(names)})
+
+
+@lru_cache(maxsize=4096)
+def _target_row(target: str, hwctx: HardwareContext) -> pa.Table | None:
+    """What the Python reader derives from a target string, as a one-row table; None when it does not parse."""
+    try:
+        t = parse_target(target)
+    except _VALIDATION_ERRORS:
+        return None
+    return _row_table(_TARGET_COLUMNS, t + hwctx.resolve(t[4]))
+
+
+@lru_cache(maxsize=65536)
+def _key_row(key: str) -> pa.Table | None:
+    try:
+        return _row_table(_KEY_COLUMNS, parse_workload_key(key))
+    except _VALIDATION_ERRORS:
+        return None
+
+
+def _per_unique(ids: np.ndarray, uniq: list[str], row, names: list[str]) -> tuple[pa.Table, np.ndarray]:
+    """The derived columns of every row (one-row tables per distinct string, taken per row), and which rows'
+    string did not parse."""
+    u, inv = np.unique(ids, return_inverse=True)
+    rows = [row(uniq[i]) for i in u.tolist()]
+    bad = np.array([x is None for x in rows])
+    null = _row_table(names, None)
+    tab = pa.concat_tables([x if x is not None else null for x in rows]).take(inv.astype(np.int32))
+    return tab, bad[inv]
+
+
+def _scan_batch(r: dict, source_file: str, hwctx: HardwareContext) -> tuple[pa.RecordBatch | None, np.ndarray]:
+    """The RecordBatch of the rows ``_scan.scan`` converted, and the (line, start, end) rows whose target or
+    workload key does not parse (they go back to the Python reader, which quarantines them with the reason)."""
+    line = np.frombuffer(r["line"], np.int64)
+    n = len(line)
+    if n == 0:
+        return None, np.empty((0, 3), np.int64)
+    so = np.frombuffer(r["strings_off"], np.uint32).tolist()
+    sd = r["strings"]
+    uniq = [sd[a:b].decode() for a, b in zip(so[:-1], so[1:])]
+    strings = pa.array(uniq, pa.string())
+    i32 = lambda k: np.frombuffer(r[k], np.int32)  # noqa: E731
+    i64 = lambda k: np.frombuffer(r[k], np.int64)  # noqa: E731
+    f64 = lambda k: np.frombuffer(r[k], np.float64)  # noqa: E731
+    flag = lambda k: np.frombuffer(r[k], np.bool_)  # noqa: E731
+    lst = pa.ListArray.from_arrays
+    tid, kid = i32("target_id"), i32("key_id")
+    ttab, tbad = _per_unique(tid, uniq, lambda t: _target_row(t, hwctx), _TARGET_COLUMNS)
+    ktab, kbad = _per_unique(kid, uniq, _key_row, _KEY_COLUMNS)
+    bad = tbad | kbad
+    span = i64("span").reshape(-1, 2)
+    demoted = np.column_stack([line[bad], span[bad]]) if bad.any() else np.empty((0, 3), np.int64)
+
+    pairs, pinv = np.unique(tid.astype(np.int64) * len(uniq) + kid, return_inverse=True)
+    kinds = ttab.column("target_kind").to_pylist()
+    first = np.unique(pinv, return_index=True)[1]  # a row of each (target, key) pair, for its target kind
+    task_ids = [None if kinds[i] is None else task_id_of(uniq[p % len(uniq)], kinds[i])
+                for p, i in zip(pairs.tolist(), first.tolist())]
+    err = i32("error_no")
+    errs, err_inv = np.unique(err, return_inverse=True)
+    err_names = [ERROR_NAMES[e] if e < len(ERROR_NAMES) else f"ERROR_{e}" for e in errs.tolist()]
+    hw = i64("hw").reshape(-1, 8)
+    hw_missing = ~flag("hw_ok")
+    valid = flag("valid")
+    n_str = len(r["str_off"]) // 4 - 1
+    n_kind = len(r["kind_off"]) // 4 - 1
+    step = pa.StructArray.from_arrays(
+        [
+            pa.Array.from_buffers(pa.string(), n_kind, [None, pa.py_buffer(r["kind_off"]), pa.py_buffer(r["kind"])]),
+            lst(pa.array(i32("ints_off")), pa.array(i64("ints"))),
+            lst(pa.array(i32("lists_off")), lst(pa.array(i32("inner_off")), pa.array(i64("lists")))),
+            lst(pa.array(i32("strs_off")), pa.Array.from_buffers(
+                pa.string(), n_str, [None, pa.py_buffer(r["str_off"]), pa.py_buffer(r["str"])])),
+            lst(pa.array(i32("floats_off")), pa.array(f64("floats"))),
+        ],
+        fields=list(STEP_TYPE),
+    )
+    step_off = i32("step_off")
+    zeros = np.zeros(n, np.int32)
+    cols = {
+        "record_id": pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(
+            np.arange(0, 16 * (n + 1), 16, dtype=np.int32)), pa.py_buffer(r["record_id"])]),
+        "source_file": pa.array([source_file], pa.string()).take(zeros),
+        "line": pa.array(line),
+        "format": pa.array(["ansor"], pa.string()).take(zeros),
+        "log_version": strings.take(i32("version_id")),
+        "target": strings.take(tid),
+        "workload_key": strings.take(kid),
+        "task_id": pa.array(task_ids, pa.string()).take(pinv.astype(np.int32)),
+        "steps": lst(pa.array(step_off), step),
+        "n_steps": pa.array(np.diff(step_off)),
+        "costs": lst(pa.array(i32("cost_off")), pa.array(f64("costs"))),
+        "mean_cost": pa.array(np.frombuffer(r["mean"], np.float32), mask=~valid),
+        "error_no": pa.array(err),
+        "error_name": pa.array(err_names, pa.string()).take(err_inv.astype(np.int32)),
+        "is_valid": pa.array(valid),
+        "all_cost": pa.array(f64("all_cost"), mask=~flag("all_cost_ok")),
+        "timestamp": pa.array(f64("timestamp"), mask=~flag("timestamp_ok")),
+    }
+    for tab in (ttab, ktab):
+        for name in tab.column_names:
+            cols[name] = tab.column(name).combine_chunks()
+    for j, name in enumerate(HW_PARAM_NAMES):
+        cols[f"hw_{name}"] = pa.array(hw[:, j], mask=hw_missing)
+    b = pa.RecordBatch.from_arrays([cols[f.name] for f in RECORD_SCHEMA], schema=RECORD_SCHEMA)
+    if bad.any():
+        b = b.filter(pa.array(~bad))
+    return (b if b.num_rows else None), demoted
+
+
+def _add_ansor_record(cols: _Columns, rec, raw: bytes, lineno: int, st: FileStats) -> None:
     if type(rec) is not dict:
         raise ValueError("record is not a JSON object")
     inp = rec["i"]

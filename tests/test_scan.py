@@ -1,0 +1,372 @@
+"""The compiled Ansor scanner (``tenset_curate/_scan.c``) must give exactly what the pure-Python reader gives.
+
+``read_ansor`` runs twice on every input, once with ``TENSET_CURATE_PURE_PYTHON=1`` (the reference: orjson and
+readers.py's checks) and once with the scanner, and the two results must be identical: every column of every row
+(floats compared bit for bit, NaN included), the quarantine (line, reason and raw text), and the file's counts.
+Inputs: every real Ansor log under ../shared/realdata, the same in tiny read blocks (lines cut across blocks), the
+fuzz suite's mutated real lines and broken containers (tests/test_fuzz_readers.py) with random block sizes, and
+hand-written edge cases. Other tests check that the scanner really converts the real lines itself (not by handing
+them all back), its blake2b against hashlib and its fsum against math.fsum.
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import math
+import os
+import random
+import shutil
+import struct
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_fuzz_readers import (
+    REAL,
+    RECORD_SCHEMA,
+    ansor_lines,
+    ansor_seeds,
+    ansor_specs,
+    assemble,
+    check_ansor,
+    container,
+    containers,
+    explained,
+    run_ansor,
+    scratch,
+    watchdog,
+)
+
+from tenset_curate import readers as R
+from tenset_curate.schema import FAILED_COST_THRESHOLD
+
+pytestmark = [
+    pytest.mark.skipif(not (REAL / "ansor").is_dir(), reason=f"real logs not found under {REAL}"),
+    pytest.mark.skipif(R._scan is None, reason="the C scanner was not built (no C compiler at install time)"),
+]
+
+
+@contextmanager
+def pure_python(on: bool):
+    old = os.environ.get("TENSET_CURATE_PURE_PYTHON")
+    os.environ["TENSET_CURATE_PURE_PYTHON"] = "1" if on else "0"
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["TENSET_CURATE_PURE_PYTHON"]
+        else:
+            os.environ["TENSET_CURATE_PURE_PYTHON"] = old
+
+
+@contextmanager
+def chunk_bytes(n: int):
+    old = R.CHUNK_BYTES
+    R.CHUNK_BYTES = n
+    try:
+        yield
+    finally:
+        R.CHUNK_BYTES = old
+
+
+FLOAT_COLUMNS = {"costs", "mean_cost", "all_cost", "timestamp", "workload_args"}  # steps.floats: never NaN in JSON
+
+
+def _norm(x):
+    """to_pylist values with every float as its repr (so NaN == NaN and -0.0 != 0.0)."""
+    if isinstance(x, float):
+        return repr(x)
+    if isinstance(x, list):
+        return [_norm(y) for y in x]
+    if isinstance(x, dict):
+        return {k: _norm(v) for k, v in x.items()}
+    return x
+
+
+def read_both(path: Path, label: str = "f.json"):
+    """(sink, table) from the Python reader and from the scanner; an exception must be the same in both."""
+    out = []
+    for pure in (True, False):
+        with pure_python(pure):
+            try:
+                out.append(run_ansor(path, label))
+            except Exception as e:  # noqa: BLE001 - compared right below
+                out.append(e)
+    py, c = out
+    if isinstance(py, Exception) or isinstance(c, Exception):
+        assert type(py) is type(c) and str(py) == str(c), (py, c)
+        return None
+    return py, c
+
+
+def assert_same(py, c) -> None:
+    (s1, t1), (s2, t2) = py, c
+    assert s1.stats.to_dict() == s2.stats.to_dict()
+    assert sorted(s1.quarantine, key=lambda q: q[1]) == sorted(s2.quarantine, key=lambda q: q[1])
+    assert t1.schema == t2.schema == RECORD_SCHEMA
+    assert t1.num_rows == t2.num_rows
+    for name in t1.column_names:
+        if name not in FLOAT_COLUMNS and t1[name].equals(t2[name]):
+            continue  # (no floats inside, or Arrow's equality would call NaN unequal and -0.0 equal to 0.0)
+        a, b = _norm(t1[name].to_pylist()), _norm(t2[name].to_pylist())
+        if a != b:
+            i = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+            raise AssertionError(f"column {name}, row {i} (line {t1['line'][i]}): {a[i]!r} != {b[i]!r}")
+
+
+def _real_files() -> list[Path]:
+    return sorted((REAL / "ansor").rglob("*.json*")) if (REAL / "ansor").is_dir() else []
+
+
+def _slow_lines(data: bytes) -> tuple[int, int, int]:
+    """(lines, comment lines, lines the scanner handed back) for one decompressed log."""
+    r = R._scan.scan(data, 1, True, FAILED_COST_THRESHOLD)
+    return r["n_lines"], r["n_comments"], len(r["slow"]) // 24
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Real logs
+
+
+def test_every_real_log_is_identical():
+    files = _real_files()
+    assert len(files) >= 50
+    rows = 0
+    for f in files:
+        both = read_both(f, f.name)
+        assert both is not None, f
+        try:
+            assert_same(*both)
+        except AssertionError as e:
+            raise AssertionError(f"{f}: {e}") from None
+        rows += both[0][0].stats.rows
+    assert rows > 200_000
+
+
+def test_the_scanner_converts_real_lines_itself():
+    """Identical output would also come from handing every line back to Python: on the real logs the scanner must
+    convert (nearly) every record itself. The one allowed kind of hand-back is a record Python quarantines."""
+    lines = comments = slow = quarantined = 0
+    for f in _real_files():
+        data = gzip.open(f).read() if f.suffix == ".gz" else f.read_bytes()
+        n, c, s = _slow_lines(data)
+        lines, comments, slow = lines + n, comments + c, slow + s
+        with pure_python(True):
+            quarantined += run_ansor(f, f.name)[0].stats.quarantined
+    assert lines > 200_000
+    assert slow <= quarantined + lines // 10_000, (slow, quarantined, lines)
+
+
+def test_real_logs_in_tiny_blocks():
+    """Read blocks of a few hundred bytes: every line crosses a block boundary, many blocks hold no line end."""
+    files = [f for f in _real_files() if "tvm-ci-logs" in str(f) or "bennu" in str(f)]
+    assert files
+    for f in files:
+        for n in (97, 1000):
+            with chunk_bytes(n):
+                both = read_both(f, f.name)
+            assert both is not None
+            assert_same(*both)
+            assert both[1][0].stats.lines == both[0][0].stats.lines > 0
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Fuzz: the mutated real lines and broken containers of the fuzz suite, both readers
+
+
+DIFF_EXAMPLES = max(1, int(150 * max(1, settings.default.max_examples) / 100))
+
+
+def test_fuzz_both_readers_agree():
+    count = {"files": 0, "rows": 0, "quarantined": 0, "broken": 0}
+
+    @settings(max_examples=DIFF_EXAMPLES)
+    @given(
+        specs=st.lists(ansor_specs, min_size=30, max_size=80), how=st.one_of(st.just(("plain",)), containers),
+        bom=st.booleans(), crlf=st.booleans(),
+        final_newline=st.booleans(), block=st.sampled_from([R.CHUNK_BYTES, R.CHUNK_BYTES, 1, 7, 300, 4096]),
+    )
+    def run(specs, how, bom, crlf, final_newline, block):
+        lines, descr = ansor_lines(specs)
+        data = container(assemble(lines, bom=bom, crlf=crlf, final_newline=final_newline), how)
+        with watchdog(), scratch() as d, explained(descr), chunk_bytes(block):
+            p = d / "f.json"
+            p.write_bytes(data)
+            both = read_both(p)
+            if both is None:
+                return
+            assert_same(*both)
+            check_ansor(data, *both[1], "f.json")  # the fuzz suite's own oracle, on the scanner's output
+        st_ = both[1][0].stats
+        count["files"] += 1
+        count["rows"] += st_.rows
+        count["quarantined"] += st_.quarantined
+        count["broken"] += st_.stream_error is not None
+
+    run()
+    print(f"\nscan differential fuzz: {count}")
+    assert count["files"] >= DIFF_EXAMPLES // 2
+    assert count["rows"] >= 500 and count["quarantined"] >= 300 and count["broken"] >= 1, count
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Hand-written edge cases
+
+
+def _seed() -> bytes:
+    return next(s for s in ansor_seeds() if b'"v": "v0.6"' in s and b'\\"' in s and b"[[" in s)
+
+
+def _cases() -> dict[str, tuple[bytes, bool | None]]:
+    """name -> (line, handled in C?); None: either is fine. Built from one real v0.6 line."""
+    s = _seed()
+    costs = s[s.index(b'"r": [[') + 7: s.index(b"]", s.index(b'"r": [['))]
+    r_at = s.index(b'"r": [[')
+
+    def sub(old: bytes, new: bytes, count: int = 1) -> bytes:
+        assert old in s, old
+        return s.replace(old, new, count)
+
+    def with_costs(c: bytes) -> bytes:
+        return s.replace(b'"r": [[' + costs + b"]", b'"r": [[' + c + b"]", 1)
+
+    def with_r_tail(tail: bytes) -> bytes:  # replaces error_no, all_cost, timestamp
+        end = s.index(b"]", r_at + 7)
+        close = s.index(b"]", end + 1)
+        return s[: end + 1] + b", " + tail + s[close:]
+
+    first_step = s.index(b"[[\"", s.index(b"[[], [")) + 1
+    return {
+        "real": (s, True),
+        "compact": (s.replace(b", ", b",").replace(b": ", b":"), True),
+        "pretty spaces": (s.replace(b'": ', b'"  :\t ').replace(b'{"i"', b'{ \t "i"'), True),
+        "no v": (sub(b', "v": "v0.6"', b""), True),
+        "v null": (sub(b'"v": "v0.6"', b'"v": null'), False),
+        "v twice": (sub(b'"v": "v0.6"', b'"v": "v0.6", "v": "v0.5"'), False),
+        "extra key": (sub(b'"v": "v0.6"', b'"v": "v0.6", "x": {"a": [1, 2.5, null, true]}'), True),
+        "escaped slash": (sub(b"cuda", b"cu\\/da"), True),
+        "escaped newline in target": (sub(b"cuda", b"cu\\nda"), None),
+        "unicode escape": (sub(b"cuda", b"cu\\u0064a"), False),
+        "non-ascii": (sub(b"cuda", "cuđa".encode()), False),
+        "invalid utf8": (sub(b"cuda", b"cu\xffda"), False),
+        "control byte": (sub(b"cuda", b"cu\x01da"), False),
+        "hw null": (s[: s.index(b"[", s.index(b"thread_warp_size"))] + b"null" +
+                    s[s.index(b"]", s.index(b"thread_warp_size")) + 1:], True),
+        "hw bool": (sub(b"[-1, 16, 64", b"[true, 16, 64"), False),
+        "hw 7 items": (sub(b"[-1, 16, 64", b"[16, 64"), False),
+        "hw int64 min": (sub(b"[-1, 16, 64", b"[-9223372036854775808, 16, 64"), True),
+        "hw 2**63": (sub(b"[-1, 16, 64", b"[9223372036854775808, 16, 64"), False),
+        "costs ints": (with_costs(b"1, 2, 3"), True),
+        "costs empty": (with_costs(b""), True),
+        "costs null": (with_costs(costs + b", null"), True),
+        "costs string": (with_costs(b'"inf"'), False),
+        "costs bool": (with_costs(b"true"), False),
+        "costs 1e10": (with_costs(b"1e10"), True),
+        "costs 1e400": (with_costs(b"1e400"), False),
+        "costs 1e-400": (with_costs(b"1e-400"), False),
+        "costs subnormal": (with_costs(b"4e-320"), False),
+        "costs -0.0": (with_costs(b"-0.0"), True),
+        "costs long digits": (with_costs(b"0.1234567890123456789012345, 3.0000000000000004e-05"), True),
+        "costs exponent forms": (with_costs(b"1E-5, 2.5e+1, 7e0, 1e-22, 123456789e-30"), True),
+        "costs leading zero": (with_costs(b"01.5"), False),
+        "costs 2**64": (with_costs(b"18446744073709551616"), False),
+        "error_no bool": (with_r_tail(b'true, 1.5, 1600000000], "v": "v0.6"}'), None),
+        "error_no 2**31": (with_r_tail(b'2147483648, 1.5, 1600000000'), False),
+        "error_no 7 all_cost null ts float": (with_r_tail(b"7, null, 1600000000.25"), True),
+        "all_cost string": (with_r_tail(b'0, "x", 1600000000'), False),
+        "step null arg": (s[:first_step] + b'["XX", null, true, false, 2.5, "s", [1, null, true]], ' +
+                          s[first_step:], True),
+        "step float in list": (s[:first_step] + b'["XX", [1.5]], ' + s[first_step:], False),
+        "step object arg": (s[:first_step] + b'["XX", {}], ' + s[first_step:], False),
+        "step without kind": (s[:first_step] + b"[1, 2], " + s[first_step:], False),
+        "empty step": (s[:first_step] + b"[], " + s[first_step:], False),
+        "step kind escaped": (s[:first_step] + b'["X\\"Y", 1], ' + s[first_step:], True),
+        "deep nesting": (sub(b'"v": "v0.6"', b'"v": "v0.6", "x": ' + b"[" * 200 + b"]" * 200), False),
+        "trailing garbage": (s + b" x", False),
+        "trailing spaces": (s + b"  \t", True),
+        "vertical tab": (s + b"\x0b", False),
+        "truncated": (s[: len(s) // 2], False),
+        "not an object": (b"[1, 2, 3]", False),
+        "nan literal": (with_costs(b"NaN"), False),
+        "comment": (b"# " + s, None),
+        "blank": (b"  \t\x0c", None),
+    }
+
+
+def test_edge_cases_one_file_and_one_by_one(tmp_path):
+    cases = _cases()
+    lines = [line for line, _ in cases.values()]
+    for name, data in [("all", assemble(lines)), ("all crlf bom", assemble(lines, bom=True, crlf=True))] + [
+        (n, assemble([line])) for n, (line, _) in cases.items()
+    ]:
+        p = tmp_path / "e.json"
+        p.write_bytes(data)
+        both = read_both(p)
+        assert both is not None, name
+        try:
+            assert_same(*both)
+        except AssertionError as e:
+            raise AssertionError(f"case {name!r}: {e}") from None
+    # the cases cover both outcomes of the Python reader, and the scanner takes the ones it should
+    with pure_python(True):
+        p.write_bytes(assemble(lines))
+        sink, tbl = run_ansor(p, "e.json")
+    assert tbl.num_rows >= 20 and sink.stats.quarantined >= 15
+    for name, (line, fast) in cases.items():
+        if fast is None:
+            continue
+        n, c, slow = _slow_lines(line)
+        assert n == 1 and c == 0
+        assert slow == (0 if fast else 1), f"case {name!r}: expected {'C' if fast else 'Python'}"
+
+
+def test_bom_only_on_the_first_line_and_blocks(tmp_path):
+    s = _seed()
+    data = assemble([s, b"\xef\xbb\xbf" + s, s], bom=True)
+    p = tmp_path / "b.json"
+    p.write_bytes(data)
+    for n in (R.CHUNK_BYTES, 5):
+        with chunk_bytes(n):
+            py, c = read_both(p)
+        assert_same(py, c)
+        assert c[0].stats.rows == 2 and c[0].stats.quarantined == 1  # a BOM inside the file is invalid JSON
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The scanner's building blocks
+
+
+def test_blake2b64_matches_hashlib():
+    rng = random.Random(0)
+    for n in list(range(0, 300)) + [1023, 1024, 1025, 4096, 100_000]:
+        data = bytes(rng.getrandbits(8) for _ in range(n))
+        assert R._scan.blake2b64(data) == hashlib.blake2b(data, digest_size=8).hexdigest(), n
+
+
+@given(st.lists(st.floats(min_value=5e-324, max_value=1e9, exclude_max=True), min_size=1, max_size=40))
+@settings(max_examples=500)
+def test_fsum_matches_math_fsum(xs):
+    assert R._scan.fsum(np.array(xs, np.float64).tobytes()) == math.fsum(xs)
+
+
+def test_fsum_hard_cases():
+    for xs in ([1e-16, 1.0, 1e-16], [0.1] * 10, [1e8, 1.0, -1e8 + 1e-8], [2.0**-1074] * 3 + [1.0],
+               [1.0, 1e100, 1.0, -1e100]):
+        assert R._scan.fsum(struct.pack(f"{len(xs)}d", *xs)) == math.fsum(xs), xs
+
+
+def test_scanner_is_built_where_a_compiler_exists():
+    """CI installs with a C compiler: the fast path must not be silently missing there."""
+    if shutil.which("cc") or shutil.which("gcc"):
+        assert R._scan is not None
+
+
+def test_pure_python_switch(tmp_path):
+    with pure_python(True):
+        assert not R.scan_enabled()
+    with pure_python(False):
+        assert R.scan_enabled()
