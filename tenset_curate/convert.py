@@ -30,6 +30,7 @@ import os
 import re
 import sys
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,7 +38,7 @@ import orjson
 import pyarrow as pa
 
 from . import __version__
-from .executors import map_unordered
+from .executors import map_unordered, process_pool
 from .readers import (
     FileStats,
     InputError,
@@ -301,6 +302,10 @@ def pa_equal(arr, value):
     return pc.equal(arr, value)
 
 
+def _ready() -> None:
+    """A pool worker's first task: importing this module (to unpickle the call) is the start-up it waits for."""
+
+
 def _worker(args):
     members, gkey, out, hardware = args
     try:
@@ -336,13 +341,15 @@ def convert(inputs: list, out: Path, hardware: str | None = None, workers: int =
     units = discover([Path(p) for p in inputs])
     if not units:
         raise InputError(f"no logs found in {', '.join(map(str, inputs))}")
-    with dataset_lock(out, wait=wait, what="curate convert"):
+    pool = None
+    with dataset_lock(out, wait=wait, what="curate convert"), ExitStack() as stack:
         remove_stale_tmp(out)
         manifest = load_manifest(out)
         if manifest.get("converter") != CONVERTER_VERSION:
             manifest = {"schema_version": SCHEMA_VERSION, "converter": CONVERTER_VERSION, "inputs": {}}
         todo = []
         skipped = 0
+        changed = []  # (unit, fingerprint, manifest entry): new, or size / mtime not as recorded
         for u in units:
             fp = u.fingerprint()
             old = manifest["inputs"].get(u.label)
@@ -350,6 +357,12 @@ def convert(inputs: list, out: Path, hardware: str | None = None, workers: int =
                     (f["path"], f["size"], f["mtime_ns"]) for f in fp] and _outputs_exist(out, old):
                 skipped += 1
                 continue
+            changed.append((u, fp, old))
+        if changed:  # a parallel run starts its pool now: its processes import while this one hashes the inputs
+            pool = stack.enter_context(process_pool(executor, workers))
+            if pool is not None:
+                pool.submit(_ready)
+        for u, fp, old in changed:
             shas = [file_sha256(p) for p in u.paths]
             if old and [f["sha256"] for f in old["files"]] == shas and _outputs_exist(out, old):
                 for f, s in zip(fp, shas):  # touched but unchanged: refresh the fingerprint only
@@ -385,7 +398,7 @@ def convert(inputs: list, out: Path, hardware: str | None = None, workers: int =
             members = {a[1]: [u.label for u, _ in a[0]] for a in args}
             # one item per group; in parallel runs the biggest go first, which keeps every worker busy to the end
             results = map_unordered(_worker, args, executor=executor, workers=workers, address=address,
-                                    cost=lambda a: sum(sizes[u.label] for u, _ in a[0]))
+                                    cost=lambda a: sum(sizes[u.label] for u, _ in a[0]), pool=pool)
             try:
                 for gkey, res, gerr in results:
                     for label in members[gkey]:
