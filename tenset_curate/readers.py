@@ -20,7 +20,6 @@ from __future__ import annotations
 import base64
 import gzip
 import hashlib
-import io
 import math
 import os
 import re
@@ -760,6 +759,10 @@ def read_ansor(path: Path, source_file: str, hw: HardwareContext, sink: _Sink | 
         yield b
 
 
+# what a malformed record raises in the Python reader's checks (the line is quarantined with the message)
+_VALIDATION_ERRORS = (ValueError, TypeError, KeyError, IndexError, OverflowError, RecursionError)
+
+
 def scan_enabled() -> bool:
     """Whether Ansor logs go through the compiled scanner (built, and not turned off by TENSET_CURATE_PURE_PYTHON)."""
     return _scan is not None and os.environ.get("TENSET_CURATE_PURE_PYTHON", "") in ("", "0")
@@ -778,7 +781,7 @@ def _ansor_line(sink: _Sink, lineno: int, raw: bytes) -> None:
         return
     try:
         _add_ansor_record(sink.cols, rec, raw, lineno, sink.stats)
-    except (ValueError, TypeError, KeyError, IndexError, OverflowError, RecursionError) as e:
+    except _VALIDATION_ERRORS as e:
         sink.quarantine_line(lineno, f"invalid record: {type(e).__name__}: {e}", raw)
 
 
@@ -812,9 +815,6 @@ def _read_ansor_scan(path: Path, sink: _Sink) -> Iterator:
             out = fast if fast is not None else py
         if out is not None:
             yield out
-
-
-_VALIDATION_ERRORS = (ValueError, TypeError, KeyError, IndexError, OverflowError, RecursionError)
 
 
 _TARGET_COLUMNS = ["target_kind", "target_keys", "target_mcpu", "target_arch", "target_model", "target_mtriple",
@@ -868,10 +868,19 @@ def _scan_batch(r: dict, source_file: str, hwctx: HardwareContext) -> tuple[pa.R
     sd = r["strings"]
     uniq = [sd[a:b].decode() for a, b in zip(so[:-1], so[1:])]
     strings = pa.array(uniq, pa.string())
-    i32 = lambda k: np.frombuffer(r[k], np.int32)  # noqa: E731
-    i64 = lambda k: np.frombuffer(r[k], np.int64)  # noqa: E731
-    f64 = lambda k: np.frombuffer(r[k], np.float64)  # noqa: E731
-    flag = lambda k: np.frombuffer(r[k], np.bool_)  # noqa: E731
+
+    def i32(k):
+        return np.frombuffer(r[k], np.int32)
+
+    def i64(k):
+        return np.frombuffer(r[k], np.int64)
+
+    def f64(k):
+        return np.frombuffer(r[k], np.float64)
+
+    def flag(k):
+        return np.frombuffer(r[k], np.bool_)
+
     lst = pa.ListArray.from_arrays
     tid, kid = i32("target_id"), i32("key_id")
     ttab, tbad = _per_unique(tid, uniq, lambda t: _target_row(t, hwctx), _TARGET_COLUMNS)

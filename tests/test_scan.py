@@ -21,7 +21,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
