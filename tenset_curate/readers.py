@@ -714,6 +714,12 @@ class _Sink:
             self.count_rows(b)
         return b if b.num_rows else None
 
+    def stream_broken(self, line: int, reason: str) -> None:
+        """The file's stream broke before ``line``: one quarantined line says so, and it counts as a line."""
+        self.stats.stream_error = reason
+        self.stats.lines += 1
+        self.quarantine_line(line, reason, None)
+
     def count_rows(self, b: pa.RecordBatch) -> None:
         """Add a batch of Ansor rows to the file's counts (rows, failed, per hardware and naming rule)."""
         st = self.stats
@@ -741,14 +747,11 @@ def read_ansor(path: Path, source_file: str, hw: HardwareContext, sink: _Sink | 
     if scan_enabled():
         yield from _read_ansor_scan(path, sink)
         return
-    st = sink.stats
     for lineno, raw, err in iter_lines(path):
         if raw is None:
-            st.stream_error = err
-            sink.quarantine_line(lineno, err, None)
-            st.lines += 1
+            sink.stream_broken(lineno, err)
             break
-        st.lines += 1
+        sink.stats.lines += 1
         _ansor_line(sink, lineno, raw)
         if sink.cols.n >= BATCH_ROWS:
             b = sink.flush()
@@ -768,16 +771,26 @@ def scan_enabled() -> bool:
     return _scan is not None and os.environ.get("TENSET_CURATE_PURE_PYTHON", "") in ("", "0")
 
 
-def _ansor_line(sink: _Sink, lineno: int, raw: bytes) -> None:
-    """One line through the Python reader: a comment, a row in ``sink.cols``, or a quarantined line."""
+_SKIP = object()
+
+
+def _json_line(sink: _Sink, lineno: int, raw: bytes):
+    """The line's JSON value; ``_SKIP`` for a comment or blank line (counted) and for invalid JSON (quarantined)."""
     stripped = raw.strip()
     if not stripped or stripped[:1] == b"#":
         sink.stats.comments += 1
-        return
+        return _SKIP
     try:
-        rec = orjson.loads(raw)
+        return orjson.loads(raw)
     except orjson.JSONDecodeError as e:
         sink.quarantine_line(lineno, f"invalid JSON: {e}", raw)
+        return _SKIP
+
+
+def _ansor_line(sink: _Sink, lineno: int, raw: bytes) -> None:
+    """One line through the Python reader: a comment, a row in ``sink.cols``, or a quarantined line."""
+    rec = _json_line(sink, lineno, raw)
+    if rec is _SKIP:
         return
     try:
         _add_ansor_record(sink.cols, rec, raw, lineno, sink.stats)
@@ -791,9 +804,7 @@ def _read_ansor_scan(path: Path, sink: _Sink) -> Iterator:
     st = sink.stats
     for first, chunk, err in iter_chunks(path):
         if chunk is None:
-            st.stream_error = err
-            sink.quarantine_line(first, err, None)
-            st.lines += 1
+            sink.stream_broken(first, err)
             break
         r = _scan.scan(chunk, first, first == 1, FAILED_COST_THRESHOLD)
         st.lines += r["n_lines"]
@@ -1088,24 +1099,17 @@ def read_metaschedule(workload_path: Path, record_path: Path, source_file: str, 
     cols = sink.cols
     blake = hashlib.blake2b
     for lineno, raw, err in iter_lines(record_path):
-        st.lines += 1
         if raw is None:
-            st.stream_error = err
-            sink.quarantine_line(lineno, err, None)
+            sink.stream_broken(lineno, err)
             break
-        stripped = raw.strip()
-        if not stripped or stripped[:1] == b"#":
-            st.comments += 1
-            continue
-        try:
-            rec = orjson.loads(raw)
-        except orjson.JSONDecodeError as e:
-            sink.quarantine_line(lineno, f"invalid JSON: {e}", raw)
+        st.lines += 1
+        rec = _json_line(sink, lineno, raw)
+        if rec is _SKIP:
             continue
         mark = cols.mark()
         try:
             _add_ms_record(cols, rec, raw, lineno, source_file, hw, st, workloads, blake)
-        except (ValueError, TypeError, KeyError, IndexError, OverflowError, RecursionError) as e:
+        except _VALIDATION_ERRORS as e:
             cols.rollback_steps(*mark)
             sink.quarantine_line(lineno, f"invalid record: {type(e).__name__}: {e}", raw)
             continue
