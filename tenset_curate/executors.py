@@ -8,10 +8,11 @@ executor ran it and with however many workers.
 - ``local``, ``workers <= 1``: in this process, in the given order (no pickling, no pool).
 - ``local``, ``workers > 1``: a ``ProcessPoolExecutor`` of ``workers - 1`` processes (forkserver: safe after the
   parent ran threaded Polars/Arrow code), biggest item first, and this process is the last worker: it takes items
-  from the tail of the queue (the smallest, not yet started ones) while the pool works, so no core waits for the
-  pool's processes to start and import. Measured on `curate convert` of the 245 MB of real Ansor logs, 2 cores, 4
-  interleaved rounds: 1 worker 2.22-2.40 s; 2 workers 1.46-1.62 s with two pool processes, 1.41-1.46 s with one
-  plus this process (median speed-up 1.47x -> 1.57x).
+  from the tail of the queue (the smallest ones) while the pool works, so no core waits for the pool's processes to
+  start and import. A pool process gets its next item when it returns one, never a queued second item that would
+  leave this process idle at the end (with one, the two sides of a 2-worker convert of the real logs finished
+  0.25-0.3 s apart in a 1.5 s run; now within 0.1 s). Measured on `curate convert` of the 245 MB of real Ansor
+  logs, 2 cores: ``python benchmarks/convert.py`` (``w2_vs_w1``, reports/convert.md).
 - ``ray``: one Ray task per item (``num_cpus=1`` each), biggest first. Without ``address`` a local Ray instance is
   started with ``num_cpus=workers`` (so ``workers`` tasks run at once); with ``address`` (``"auto"``, or
   ``"ray://host:10001"``) it connects to that cluster and uses all its CPUs. A Ray instance that is already
@@ -119,30 +120,57 @@ def _one_thread_each() -> None:
 
 
 def _local_pool(fn, items, workers, shared=None):
-    """The pool's processes take the items from the front (biggest first); this process takes them from the back,
-    one at a time, while it waits (an item is this process's only when it can still cancel the pool's future)."""
-    from concurrent.futures import FIRST_COMPLETED, wait
+    """The pool's ``workers - 1`` processes take items from the front (biggest first), each handed its next item the
+    moment it returns one (so none waits, and none holds a queued item that this process could have taken); this
+    process takes items from the back, one at a time, between collecting results."""
+    import queue as queue_mod
+    import threading
+    from collections import deque
 
     with (nullcontext(shared) if shared is not None else process_pool("local", workers)) as pool:
-        futs = [pool.submit(fn, it) for it in items]
-        open_ = set(range(len(futs)))  # not yet yielded, not taken by this process
-        tail = len(futs) - 1  # the pool starts items in order: once one cannot be cancelled, none before it can
+        todo = deque(range(len(items)))  # deque pops are atomic: this thread and the pool's callbacks share it
+        done: queue_mod.Queue = queue_mod.Queue()
+        closed = threading.Event()
+
+        def feed(_=None) -> None:  # runs here and in the pool's management thread (a future's callback)
+            if closed.is_set():
+                return
+            try:
+                i = todo.popleft()
+            except IndexError:
+                return
+            try:
+                f = pool.submit(fn, items[i])
+            except RuntimeError:  # shutting down, or broken (a process died): the item stays for this process
+                todo.appendleft(i)
+                return
+            f.add_done_callback(lambda f: (done.put(f), feed()))
+
         try:
-            while open_:
-                for i in sorted(i for i in open_ if futs[i].done()):
-                    open_.discard(i)
-                    yield futs[i].result()
-                if tail >= 0 and futs[tail].cancel():
-                    i, tail = tail, tail - 1
-                    open_.discard(i)
-                    yield fn(items[i])
+            for _ in range(max(1, workers - 1)):
+                feed()
+            left = len(items)
+            while left:
+                while True:  # the pool's results first
+                    try:
+                        f = done.get_nowait()
+                    except queue_mod.Empty:
+                        break
+                    left -= 1
+                    yield f.result()
+                if not left:
+                    break
+                try:
+                    i = todo.pop()
+                except IndexError:  # nothing left to take: wait for the pool
+                    f = done.get()
+                    left -= 1
+                    yield f.result()
                     continue
-                tail = -1
-                if open_:
-                    wait([futs[i] for i in open_], return_when=FIRST_COMPLETED)
+                left -= 1
+                yield fn(items[i])
         finally:
-            for f in futs:
-                f.cancel()
+            closed.set()
 
 
 def _ray_tasks(fn, items, workers, address):

@@ -1,0 +1,88 @@
+"""``executors.map_unordered`` with local processes: every item once, the caller working as the last worker, errors
+and early closes that neither hang nor lose an item. Real forkserver processes (what ``curate convert --workers``
+and ``curate prune --workers`` run on)."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from contextlib import contextmanager
+
+import pytest
+
+from tenset_curate.executors import map_unordered, process_pool
+
+
+@contextmanager
+def watchdog(seconds: int = 60):
+    def fire(signum, frame):
+        raise TimeoutError(f"still running after {seconds} s: a hang")
+
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def work(x):
+    time.sleep(0.02 * (x % 3))
+    return x, os.getpid()
+
+
+def fail_on(x):
+    if x == 7:
+        raise ValueError(f"item {x} is bad")
+    return x
+
+
+def die_on(x):
+    if x == 0 and os.environ.get("TC_TEST_PARENT") != str(os.getpid()):
+        os._exit(1)  # the pool process dies on the first item it is handed
+    time.sleep(0.01)
+    return x
+
+
+def test_every_item_once_and_the_caller_works_too():
+    items = list(range(40))
+    with watchdog():
+        out = list(map_unordered(work, items, workers=2, cost=lambda x: x))
+    assert sorted(x for x, _ in out) == items
+    pids = {p for _, p in out}
+    assert os.getpid() in pids and len(pids) == 2  # this process and one pool process shared the work
+    mine = sorted(x for x, p in out if p == os.getpid())
+    theirs = sorted(x for x, p in out if p != os.getpid())
+    assert mine and theirs
+    assert min(mine) < max(theirs)  # the caller takes from the back (smallest cost), the pool from the front
+
+
+def test_three_workers_and_a_shared_pool():
+    with watchdog(), process_pool("local", 3) as pool:
+        a = list(map_unordered(work, range(30), workers=3, pool=pool))
+        b = list(map_unordered(work, range(30, 50), workers=3, pool=pool))
+    assert sorted(x for x, _ in a) == list(range(30)) and sorted(x for x, _ in b) == list(range(30, 50))
+    assert len({p for _, p in a + b}) == 3
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_an_error_in_an_item_is_raised(workers):
+    with watchdog(), pytest.raises(ValueError, match="item 7 is bad"):
+        list(map_unordered(fail_on, range(20), workers=workers))
+
+
+def test_closing_early_does_not_hang():
+    with watchdog():
+        it = map_unordered(work, range(200), workers=2)
+        first = next(it)
+        it.close()
+    assert first[0] in range(200)
+
+
+def test_a_dead_pool_process_raises_instead_of_hanging(monkeypatch):
+    from concurrent.futures.process import BrokenProcessPool
+
+    monkeypatch.setenv("TC_TEST_PARENT", str(os.getpid()))
+    with watchdog(), pytest.raises(BrokenProcessPool):
+        list(map_unordered(die_on, range(12), workers=2, cost=lambda x: -x))  # item 0 first: the pool's
