@@ -48,6 +48,7 @@ from .readers import (
     quarantine_table,
     read_ansor,
     read_metaschedule,
+    scan_enabled,
 )
 from .schema import RECORD_SCHEMA, SCHEMA_VERSION, WORKLOAD_SCHEMA
 from .storage import (
@@ -438,6 +439,7 @@ def convert(inputs: list, out: Path, hardware: str | None = None, workers: int =
         "catalog": catalog_built,
         "seconds": round(time.perf_counter() - t0, 3),
         "nothing_to_do": not todo,
+        "ansor_reader": "compiled" if scan_enabled() else "python",  # readers.py: _scan.c or the pure-Python path
     })
     return summary
 

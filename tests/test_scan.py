@@ -369,3 +369,30 @@ def test_pure_python_switch(tmp_path):
         assert not R.scan_enabled()
     with pure_python(False):
         assert R.scan_enabled()
+
+
+def test_convert_writes_the_same_shards_with_either_reader(tmp_path):
+    """End to end: ``convert`` over real logs (one group with comment lines, failures and two hardware) writes
+    byte-identical Parquet shards and the same manifest counts whichever reader ran; the summary names it."""
+    from tenset_curate.convert import convert
+
+    src = tmp_path / "in"
+    for sub in ("tvm-ci-logs", "bennu"):
+        shutil.copytree(REAL / "ansor" / sub, src / sub)
+    s0 = _seed()  # plus lines the scanner hands back: valid (a \u escape) and quarantined ones, between its own
+    (src / "mixed").mkdir()
+    (src / "mixed" / "m.json").write_bytes(assemble(
+        [s0, s0.replace(b"cuda", b"cu\\u0064a", 1), s0[:100], s0, b"{}", s0.replace(b"[[", b"[[true, ", 1), s0]))
+    out = {}
+    for pure in (True, False):
+        with pure_python(pure):
+            d = tmp_path / ("py" if pure else "c")
+            s = convert([src], d, workers=1)
+        assert s["ansor_reader"] == ("python" if pure else "compiled")
+        assert s["totals"]["rows"] > 1000 and s["totals"]["quarantined"] > 0 and s["totals"]["comments"] > 0
+        shards = {p.relative_to(d / "records").as_posix(): p.read_bytes() for p in (d / "records").rglob("*.parquet")}
+        out[pure] = (s["totals"], shards)
+    assert out[True][0] == out[False][0]
+    assert out[True][1].keys() == out[False][1].keys() and out[True][1]
+    for name in out[True][1]:
+        assert out[True][1][name] == out[False][1][name], name
