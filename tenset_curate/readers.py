@@ -806,15 +806,20 @@ def _read_ansor_scan(path: Path, sink: _Sink) -> Iterator:
         if chunk is None:
             sink.stream_broken(first, err)
             break
-        r = _scan.scan(chunk, first, first == 1, FAILED_COST_THRESHOLD)
-        st.lines += r["n_lines"]
-        st.comments += r["n_comments"]
-        fast, demoted = _scan_batch(r, sink.source_file, sink.hwctx)
-        slow = np.frombuffer(r["slow"], np.int64).reshape(-1, 3)
-        if len(demoted):
-            slow = np.concatenate([slow, demoted])
-            slow = slow[np.argsort(slow[:, 0], kind="stable")]
-        for lineno, s, e in slow.tolist():
+        if len(chunk) > SCAN_MAX_BYTES:  # a block of one huge line (the scanner's offsets are int32): all Python
+            fast, slow = None, _line_spans(chunk, first)
+            st.lines += len(slow)
+        else:
+            r = _scan.scan(chunk, first, first == 1, FAILED_COST_THRESHOLD)
+            st.lines += r["n_lines"]
+            st.comments += r["n_comments"]
+            fast, demoted = _scan_batch(r, sink.source_file, sink.hwctx)
+            slow = np.frombuffer(r["slow"], np.int64).reshape(-1, 3)
+            if len(demoted):
+                slow = np.concatenate([slow, demoted])
+                slow = slow[np.argsort(slow[:, 0], kind="stable")]
+            slow = slow.tolist()
+        for lineno, s, e in slow:
             _ansor_line(sink, lineno, chunk[s:e])
         py = sink.flush()
         if fast is not None:
@@ -826,6 +831,29 @@ def _read_ansor_scan(path: Path, sink: _Sink) -> Iterator:
             out = fast if fast is not None else py
         if out is not None:
             yield out
+
+
+SCAN_MAX_BYTES = 1 << 28  # _scan.c refuses larger blocks
+
+
+def _line_spans(chunk: bytes, first: int) -> list[tuple[int, int, int]]:
+    """(line number, start, end) of every line of a block, as ``iter_lines`` cuts them (no CR, no BOM on line 1)."""
+    out = []
+    s = 0
+    n = first
+    while s < len(chunk):
+        e = chunk.find(b"\n", s)
+        nxt = len(chunk) if e < 0 else e + 1
+        e = len(chunk) if e < 0 else e
+        a, b = s, e
+        if b > a and chunk[b - 1:b] == b"\r":
+            b -= 1
+        if n == 1 and chunk.startswith(b"\xef\xbb\xbf", a):
+            a += 3
+        out.append((n, a, b))
+        n += 1
+        s = nxt
+    return out
 
 
 _TARGET_COLUMNS = ["target_kind", "target_keys", "target_mcpu", "target_arch", "target_model", "target_mtriple",

@@ -396,3 +396,15 @@ def test_convert_writes_the_same_shards_with_either_reader(tmp_path):
     assert out[True][1].keys() == out[False][1].keys() and out[True][1]
     for name in out[True][1]:
         assert out[True][1][name] == out[False][1][name], name
+
+
+def test_a_block_too_big_for_the_scanner_goes_to_python(tmp_path, monkeypatch):
+    """Blocks over SCAN_MAX_BYTES (one huge line) are read by the Python reader, with the same result."""
+    s = _seed()
+    p = tmp_path / "big.json"
+    p.write_bytes(assemble([s, b"# c", s[:50], s], bom=True, crlf=True))
+    monkeypatch.setattr(R, "SCAN_MAX_BYTES", 10)
+    with chunk_bytes(1):
+        py, c = read_both(p)
+    assert_same(py, c)
+    assert c[0].stats.rows == 2 and c[0].stats.quarantined == 1 and c[0].stats.comments == 1
