@@ -23,6 +23,9 @@ Session 9, k80_mi50 (reports/model_splits.md "Where zero-shot top-5 is lost"): `
 top-5 0.919/0.905/0.903 (mean 0.909 against the default's 0.912); dropout 0.1 / 0.3, ``d_model=64``, ``epochs=12``
 (seed 0): 0.917 / 0.910, 0.910, 0.910. ``--worst-tasks 6``: six depthwise and conv2d tasks lose 3.05 of the 8.9
 top-5 points, where MI50's fastest programs use another thread-block shape than K80's.
+Session 14, ``--gap-power 1`` (RankNet's pairs weighted by their label gap; reports/model_splits.md "Gap-weighted
+pairs"): k80_tasks seeds 0/1/2 PCA 0.769/0.762/0.762 (default 0.748/0.746/0.755), but within_k80 seed 0
+0.852/0.964/0.988 (default 0.868/0.972/0.992) and k80_mi50_fs10 seed 0 PCA 0.827 (0.841): not adopted.
 """
 from __future__ import annotations
 
@@ -40,6 +43,18 @@ from tenset_curate.metrics import evaluate_predictions
 from tenset_curate.training import _part, arrays, fit_on_frame
 
 from model_splits import SPLITS, convert_sets, split_frame
+
+
+def gap_ranknet_lambdarank(S, Y, M, sigma: float = 1.0, weight: float = 0.05, power: float = 1.0):
+    """RankNet with every pair weighted by its label gap ``(y_i - y_j)^power`` (normalised by the weights' sum;
+    near-ties count little), plus ``weight`` x LambdaRank: the product's loss with non-uniform pairs."""
+    import torch.nn.functional as F
+
+    pairs = M[:, :, None] & M[:, None, :] & (Y[:, :, None] > Y[:, None, :])
+    w = (Y[:, :, None] - Y[:, None, :]).clamp(min=0) ** power * pairs
+    a = (F.softplus(-sigma * (S[:, :, None] - S[:, None, :])) * w).sum() / w.sum().clamp(min=1e-12)
+    b, _ = model.lambdarank_loss(S, Y, M, sigma=sigma)
+    return a + weight * b, int(pairs.sum())
 
 
 def print_worst_tasks(r: dict, test_df: pl.DataFrame, task_ids, n: int) -> None:
@@ -66,6 +81,8 @@ def main(argv=None) -> None:
     ap.add_argument("--hp", nargs="*", default=[], metavar="NAME=VALUE",
                     help="other attention hyperparameters (JSON values: dropout=0.2, d_model=64)")
     ap.add_argument("--worst-tasks", type=int, default=0)
+    ap.add_argument("--gap-power", type=float, default=None,
+                    help="weight RankNet's pairs by (label gap)^P instead of uniformly (gap_ranknet_lambdarank)")
     a = ap.parse_args(argv)
     hp = {k: json.loads(v) for k, v in (h.split("=", 1) for h in a.hp)}
     epochs = hp.pop("epochs", a.epochs)
@@ -77,13 +94,16 @@ def main(argv=None) -> None:
             is_test = df["part"].to_numpy() == "test"
             test = _part(arrays(df), is_test)
             for w in a.weights:
-                model._LOSSES["ranknet+lambdarank"] = functools.partial(model.ranknet_lambdarank_loss, weight=w)
+                loss = model.ranknet_lambdarank_loss if a.gap_power is None else functools.partial(
+                    gap_ranknet_lambdarank, power=a.gap_power)
+                model._LOSSES["ranknet+lambdarank"] = functools.partial(loss, weight=w)
                 for seed in a.seeds:
                     t0 = time.perf_counter()
                     m, _ = fit_on_frame(df, "attention", seed=seed, epochs=epochs, num_threads=1, **hp)
                     r = evaluate_predictions(test["task_ids"], test["labels"], m.predict(test),
                                              groups={"op_class": test["groups"]["op_class"]})
                     print(json.dumps({"split": name, "weight": w, "seed": seed, **({"hp": hp} if hp else {}),
+                                      **({"gap_power": a.gap_power} if a.gap_power is not None else {}),
                                       **{k: round(float(r[k]), 4) for k in ("pca", "top1", "top5")},
                                       "seconds": round(time.perf_counter() - t0)}), flush=True)
                     if a.worst_tasks:
