@@ -405,3 +405,14 @@ def test_shards_round_trip_the_canonical_schema_and_encodings(real_ds):
             assert "RLE_DICTIONARY" not in cols[c].encodings and "PLAIN_DICTIONARY" not in cols[c].encodings, c
         assert any("DICTIONARY" in e for e in cols["task_id"].encodings)
         assert pq.read_table(f).schema == RECORD_SCHEMA
+
+
+def test_the_compiled_reader_is_built_where_a_compiler_exists():
+    """The install builds tenset_curate/_scan.c where a C compiler exists (CI has one): a failed build must not leave
+    the suite passing on the Python reader alone (tests/test_scan.py skips when the extension is missing)."""
+    import shutil
+
+    from tenset_curate import readers
+
+    if shutil.which("cc") or shutil.which("gcc"):
+        assert readers._scan is not None, "tenset_curate._scan was not built: see the pip install output"
