@@ -92,8 +92,9 @@ def map_unordered(fn: Callable, items: Iterable, executor: str = "local", worker
 @contextmanager
 def process_pool(executor: str, workers: int):
     """A local process pool to pass to several ``map_unordered`` calls (None where none is needed: one worker, or
-    Ray); ``workers - 1`` processes, the caller being the last worker. Forkserver, not fork: a forked child inherits the locks of the parent's threads (Polars' and Arrow's
-    pools, held by whatever the parent was doing) and can deadlock on its first query."""
+    Ray); ``workers - 1`` processes, the caller being the last worker. Forkserver, not fork: a forked child inherits
+    the locks of the parent's threads (Polars' and Arrow's pools, held by whatever the parent was doing) and can
+    deadlock on its first query."""
     if executor != "local" or workers <= 1:
         yield None
         return
@@ -132,7 +133,7 @@ def _local_pool(fn, items, workers, shared=None):
         done: queue_mod.Queue = queue_mod.Queue()
         closed = threading.Event()
 
-        def feed(_=None) -> None:  # runs here and in the pool's management thread (a future's callback)
+        def feed() -> None:  # runs here and in the pool's management thread (a future's callback)
             if closed.is_set():
                 return
             try:
