@@ -26,6 +26,8 @@ top-5 points, where MI50's fastest programs use another thread-block shape than 
 Session 14, ``--gap-power 1`` (RankNet's pairs weighted by their label gap; reports/model_splits.md "Gap-weighted
 pairs"): k80_tasks seeds 0/1/2 PCA 0.769/0.762/0.762 (default 0.748/0.746/0.755), but within_k80 seed 0
 0.852/0.964/0.988 (default 0.868/0.972/0.992) and k80_mi50_fs10 seed 0 PCA 0.827 (0.841): not adopted.
+``--gap-power 1 --then-default`` (then 8 epochs of the default loss): k80_tasks seeds 0/1/2 PCA 0.763/0.755/0.766,
+within_k80 seed 0 0.867/0.970/0.991: a lead, not adopted (reports/model_splits.md).
 """
 from __future__ import annotations
 
@@ -83,6 +85,8 @@ def main(argv=None) -> None:
     ap.add_argument("--worst-tasks", type=int, default=0)
     ap.add_argument("--gap-power", type=float, default=None,
                     help="weight RankNet's pairs by (label gap)^P instead of uniformly (gap_ranknet_lambdarank)")
+    ap.add_argument("--then-default", action="store_true",
+                    help="with --gap-power: after the fit, Ranker.fine_tune on the training part with the default loss")
     a = ap.parse_args(argv)
     hp = {k: json.loads(v) for k, v in (h.split("=", 1) for h in a.hp)}
     epochs = hp.pop("epochs", a.epochs)
@@ -96,14 +100,21 @@ def main(argv=None) -> None:
             for w in a.weights:
                 loss = model.ranknet_lambdarank_loss if a.gap_power is None else functools.partial(
                     gap_ranknet_lambdarank, power=a.gap_power)
-                model._LOSSES["ranknet+lambdarank"] = functools.partial(loss, weight=w)
                 for seed in a.seeds:
+                    model._LOSSES["ranknet+lambdarank"] = functools.partial(loss, weight=w)
                     t0 = time.perf_counter()
-                    m, _ = fit_on_frame(df, "attention", seed=seed, epochs=epochs, num_threads=1, **hp)
+                    m, d = fit_on_frame(df, "attention", seed=seed, epochs=epochs, num_threads=1,
+                                        **({"fine_tune": None} if a.then_default else {}), **hp)
+                    if a.then_default:
+                        model._LOSSES["ranknet+lambdarank"] = functools.partial(default_loss, weight=w)
+                        part = df["part"].to_numpy()
+                        m.fine_tune(_part(d, part == "train"),
+                                    _part(d, part == "valid") if (part == "valid").any() else None)
                     r = evaluate_predictions(test["task_ids"], test["labels"], m.predict(test),
                                              groups={"op_class": test["groups"]["op_class"]})
                     print(json.dumps({"split": name, "weight": w, "seed": seed, **({"hp": hp} if hp else {}),
                                       **({"gap_power": a.gap_power} if a.gap_power is not None else {}),
+                                      **({"then_default": True} if a.then_default else {}),
                                       **{k: round(float(r[k]), 4) for k in ("pca", "top1", "top5")},
                                       "seconds": round(time.perf_counter() - t0)}), flush=True)
                     if a.worst_tasks:
