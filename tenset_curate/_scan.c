@@ -227,6 +227,7 @@ typedef struct {
 } Parser;
 
 #define MAX_DEPTH 64
+#define MAX_BLOCK_BYTES ((size_t)1 << 28) /* int32 offsets; exported as MAX_BLOCK_BYTES */
 #define SLOW 1
 #define NOMEM (-1)
 
@@ -774,7 +775,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     int strip_bom;
     double threshold;
     if (!PyArg_ParseTuple(args, "y*Lpd", &view, &first_line, &strip_bom, &threshold)) return NULL;
-    if ((size_t)view.len > ((size_t)1 << 28)) {
+    if ((size_t)view.len > MAX_BLOCK_BYTES) {
         PyBuffer_Release(&view);
         PyErr_SetString(PyExc_ValueError, "scan: block larger than 256 MB");
         return NULL;
@@ -914,5 +915,10 @@ static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_scan",
 
 PyMODINIT_FUNC PyInit__scan(void) {
     init_tables();
-    return PyModule_Create(&MODULE);
+    PyObject *m = PyModule_Create(&MODULE);
+    if (m && PyModule_AddIntConstant(m, "MAX_BLOCK_BYTES", (long)MAX_BLOCK_BYTES)) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -628,13 +628,8 @@ def iter_chunks(path: Path) -> Iterator[tuple[int, bytes | None, str | None]]:
                 if cut == 0:  # no line ends in this block: keep it for the next one
                     carry += block
                     continue
-                if carry:
-                    carry += block[:cut]
-                    chunk = bytes(carry)
-                    carry = bytearray(block[cut:])
-                else:
-                    chunk = block[:cut] if cut < len(block) else block
-                    carry = bytearray(block[cut:])
+                chunk = bytes(carry + block[:cut]) if carry else block[:cut]
+                carry = bytearray(block[cut:])
                 yield n + 1, chunk, None
                 n += chunk.count(b"\n")
     except (EOFError, OSError, zlib.error, gzip.BadGzipFile) as e:
@@ -653,15 +648,22 @@ def iter_lines(path: Path) -> Iterator[tuple[int, bytes | None, str | None]]:
         if chunk is None:
             yield first, None, err
             return
-        lines = chunk.split(b"\n")
-        if chunk.endswith(b"\n"):
-            lines.pop()
-        for n, raw in enumerate(lines, first):
-            if raw.endswith(b"\r"):
-                raw = raw[:-1]
-            if n == 1 and raw.startswith(b"\xef\xbb\xbf"):
-                raw = raw[3:]
+        for n, raw in block_lines(chunk, first):
             yield n, raw, None
+
+
+def block_lines(chunk: bytes, first: int) -> Iterator[tuple[int, bytes]]:
+    """(line_no, raw_bytes) of every line of an ``iter_chunks`` block: split on \\n, one trailing \\r dropped, a BOM
+    dropped on line 1."""
+    lines = chunk.split(b"\n")
+    if chunk.endswith(b"\n"):
+        lines.pop()
+    for n, raw in enumerate(lines, first):
+        if raw.endswith(b"\r"):
+            raw = raw[:-1]
+        if n == 1 and raw.startswith(b"\xef\xbb\xbf"):
+            raw = raw[3:]
+        yield n, raw
 
 
 def detect_format(path: Path) -> str:
@@ -807,8 +809,8 @@ def _read_ansor_scan(path: Path, sink: _Sink) -> Iterator:
             sink.stream_broken(first, err)
             break
         if len(chunk) > SCAN_MAX_BYTES:  # a block of one huge line (the scanner's offsets are int32): all Python
-            fast, slow = None, _line_spans(chunk, first)
-            st.lines += len(slow)
+            fast, lines = None, list(block_lines(chunk, first))
+            st.lines += len(lines)
         else:
             r = _scan.scan(chunk, first, first == 1, FAILED_COST_THRESHOLD)
             st.lines += r["n_lines"]
@@ -818,9 +820,9 @@ def _read_ansor_scan(path: Path, sink: _Sink) -> Iterator:
             if len(demoted):
                 slow = np.concatenate([slow, demoted])
                 slow = slow[np.argsort(slow[:, 0], kind="stable")]
-            slow = slow.tolist()
-        for lineno, s, e in slow:
-            _ansor_line(sink, lineno, chunk[s:e])
+            lines = [(lineno, chunk[s:e]) for lineno, s, e in slow.tolist()]
+        for lineno, raw in lines:
+            _ansor_line(sink, lineno, raw)
         py = sink.flush()
         if fast is not None:
             sink.count_rows(fast)
@@ -833,27 +835,7 @@ def _read_ansor_scan(path: Path, sink: _Sink) -> Iterator:
             yield out
 
 
-SCAN_MAX_BYTES = 1 << 28  # _scan.c refuses larger blocks
-
-
-def _line_spans(chunk: bytes, first: int) -> list[tuple[int, int, int]]:
-    """(line number, start, end) of every line of a block, as ``iter_lines`` cuts them (no CR, no BOM on line 1)."""
-    out = []
-    s = 0
-    n = first
-    while s < len(chunk):
-        e = chunk.find(b"\n", s)
-        nxt = len(chunk) if e < 0 else e + 1
-        e = len(chunk) if e < 0 else e
-        a, b = s, e
-        if b > a and chunk[b - 1:b] == b"\r":
-            b -= 1
-        if n == 1 and chunk.startswith(b"\xef\xbb\xbf", a):
-            a += 3
-        out.append((n, a, b))
-        n += 1
-        s = nxt
-    return out
+SCAN_MAX_BYTES = _scan.MAX_BLOCK_BYTES if _scan is not None else 0  # _scan.c refuses larger blocks
 
 
 _TARGET_COLUMNS = ["target_kind", "target_keys", "target_mcpu", "target_arch", "target_model", "target_mtriple",
@@ -928,9 +910,9 @@ def _scan_batch(r: dict, source_file: str, hwctx: HardwareContext) -> tuple[pa.R
     span = i64("span").reshape(-1, 2)
     demoted = np.column_stack([line[bad], span[bad]]) if bad.any() else np.empty((0, 3), np.int64)
 
-    pairs, pinv = np.unique(tid.astype(np.int64) * len(uniq) + kid, return_inverse=True)
+    # a row of each (target, key) pair, for its target kind
+    pairs, first, pinv = np.unique(tid.astype(np.int64) * len(uniq) + kid, return_index=True, return_inverse=True)
     kinds = ttab.column("target_kind").to_pylist()
-    first = np.unique(pinv, return_index=True)[1]  # a row of each (target, key) pair, for its target kind
     task_ids = [None if kinds[i] is None else task_id_of(uniq[p % len(uniq)], kinds[i])
                 for p, i in zip(pairs.tolist(), first.tolist())]
     err = i32("error_no")
