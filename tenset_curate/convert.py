@@ -209,18 +209,33 @@ class _UnitFailed(Exception):
 _READ_ERRORS = (InputError, ValueError, OSError, OverflowError, RecursionError, AssertionError)
 
 
-def convert_group(members: list, gkey: str, out: Path, hardware: str | None) -> dict:
-    """Convert a group of inputs (``[(unit, key), ...]``) into one shard per hardware, plus one quarantine, workload
-    and network shard as needed, all written atomically. An input that fails is left out (the group is redone
-    without it) and reported under ``failed``. Runs in a worker process."""
+def convert_group(members: list, out: Path, hardware: str | None) -> dict:
+    """Convert a group of inputs (``[(unit, shas), ...]``) into one shard per hardware, plus one quarantine, workload
+    and network shard as needed, all written atomically. Runs in a worker process.
+
+    ``shas`` are the unit's files' sha256, or None for a new input, which is hashed here: a fresh convert hashes its
+    inputs in its workers, in parallel, rather than one by one before any work starts. The group's name (``gkey``)
+    comes from its members' keys, which include the hashes. An input that fails (unreadable, or broken while read)
+    is left out (the group is redone without it) and reported under ``failed``. The result also carries ``gkey``
+    and each converted input's ``key`` and ``shas``."""
     failed: dict[str, str] = {}
+    keyed = []
+    for unit, shas in members:
+        try:
+            shas = shas or [file_sha256(p) for p in unit.paths]
+        except OSError as e:
+            failed[unit.label] = f"{type(e).__name__}: {e}"
+            continue
+        keyed.append((unit, shas, unit_key(unit, shas)))
+    gkey = group_key([k for _, _, k in keyed])
     while True:
         try:
-            res = _convert_members([m for m in members if m[0].label not in failed], gkey, Path(out), hardware)
+            res = _convert_members([(u, k) for u, _, k in keyed if u.label not in failed], gkey, Path(out), hardware)
         except _UnitFailed as e:
             failed[e.label] = e.reason
             continue
-        res["failed"] = failed
+        res.update(failed=failed, gkey=gkey, keys={u.label: k for u, _, k in keyed},
+                   shas={u.label: s for u, s, _ in keyed})
         return res
 
 
@@ -308,11 +323,11 @@ def _ready() -> None:
 
 
 def _worker(args):
-    members, gkey, out, hardware = args
+    members, index, out, hardware = args
     try:
-        return gkey, convert_group(members, gkey, Path(out), hardware), None
+        return index, convert_group(members, Path(out), hardware), None
     except (OutputError, OSError) as e:  # the group's output cannot be written: all its inputs are reported failed
-        return gkey, None, f"{type(e).__name__}: {e}"
+        return index, None, f"{type(e).__name__}: {e}"
 
 
 def load_manifest(out: Path) -> dict:
@@ -363,17 +378,19 @@ def convert(inputs: list, out: Path, hardware: str | None = None, workers: int =
             pool = stack.enter_context(process_pool(executor, workers))
             if pool is not None:
                 pool.submit(_ready)
+                _import_catalog()  # needed at the end; imported while the pool processes start, not after the work
         for u, fp, old in changed:
-            shas = [file_sha256(p) for p in u.paths]
+            if old is None:  # new: its worker hashes it (convert_group)
+                todo.append((u, None, fp))
+                continue
+            shas = [file_sha256(p) for p in u.paths]  # recorded before: touched but unchanged is not converted
             if old and [f["sha256"] for f in old["files"]] == shas and _outputs_exist(out, old):
                 for f, s in zip(fp, shas):  # touched but unchanged: refresh the fingerprint only
                     f["sha256"] = s
                 old["files"] = fp
                 skipped += 1
                 continue
-            for f, s in zip(fp, shas):
-                f["sha256"] = s
-            todo.append((u, unit_key(u, shas), fp))
+            todo.append((u, shas, fp))
         errors: dict[str, str] = {}
         done = 0
         removed = 0
@@ -393,24 +410,26 @@ def convert(inputs: list, out: Path, hardware: str | None = None, workers: int =
                 f"{workers} worker(s)")
             bar = _bar(len(todo), progress)
             last_save = time.monotonic()
-            args = [([(u, key) for u, key, _ in g], group_key([key for _, key, _ in g]), str(out), hardware)
-                    for g in groups]
-            meta = {u.label: (key, fp) for u, key, fp in todo}
-            members = {a[1]: [u.label for u, _ in a[0]] for a in args}
+            args = [([(u, shas) for u, shas, _ in g], i, str(out), hardware) for i, g in enumerate(groups)]
+            fps = {u.label: fp for u, _, fp in todo}
+            members = [[u.label for u, _ in a[0]] for a in args]
             # one item per group; in parallel runs the biggest go first, which keeps every worker busy to the end
             results = map_unordered(_worker, args, executor=executor, workers=workers, address=address,
                                     cost=lambda a: sum(sizes[u.label] for u, _ in a[0]), pool=pool)
             try:
-                for gkey, res, gerr in results:
-                    for label in members[gkey]:
-                        key, fp = meta[label]
+                for index, res, gerr in results:
+                    for label in members[index]:
+                        fp = fps[label]
                         err = gerr or res["failed"].get(label)
                         if err:
                             errors[label] = err
                             log(f"error: {label}: {err}")
                         else:
                             r = res["units"][label]
-                            manifest["inputs"][label] = {"files": fp, "key": key, "group": gkey, "format": r["kind"],
+                            for f, sha in zip(fp, res["shas"][label]):
+                                f["sha256"] = sha
+                            manifest["inputs"][label] = {"files": fp, "key": res["keys"][label], "group": res["gkey"],
+                                                         "format": r["kind"],
                                                          **r["stats"], "outputs": res["outputs"],
                                                          **({"workload_file": r["workload_file"]}
                                                             if "workload_file" in r else {})}
@@ -529,12 +548,20 @@ def _remove_orphans(out: Path, manifest: dict) -> int:
     return n
 
 
-def _build_catalog(out: Path) -> bool:
+def _import_catalog():
+    """catalog.py's ``build_catalog``; None where DuckDB is not installed."""
     try:
         from .catalog import build_catalog
     except ImportError:
+        return None
+    return build_catalog
+
+
+def _build_catalog(out: Path) -> bool:
+    build = _import_catalog()
+    if build is None:
         return False
-    build_catalog(out)
+    build(out)
     return True
 
 

@@ -312,6 +312,38 @@ def test_a_failing_log_fails_alone_in_its_group(tmp_path, monkeypatch):
     assert_same_content(out, clean, "after the retry")
 
 
+def test_a_new_input_that_cannot_be_hashed_fails_alone(tmp_path, monkeypatch):
+    """New inputs are hashed by the worker that converts them (in parallel, not one by one before the work): one
+    whose file cannot be read there is reported, the others convert with their sha256 in the manifest, and a
+    re-run converts only that one."""
+    import hashlib
+
+    import tenset_curate.convert as conv
+
+    root = tmp_path / "in" / "k80"
+    files = _copy_tree(REAL / "ansor" / "roller-k80" / "pooling", root, 3)
+    real = conv.file_sha256
+
+    def unreadable(path, *a, **k):
+        if Path(path).name == files[1].name:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path, *a, **k)
+
+    monkeypatch.setattr(conv, "file_sha256", unreadable)
+    out = tmp_path / "ds"
+    s = convert([root], out)
+    bad = f"k80/{files[1].name}"
+    assert s["inputs_converted"] == 2 and list(s["errors"]) == [bad] and "Permission denied" in s["errors"][bad]
+    m = _manifest(out)
+    assert bad not in m and len(m) == 2
+    for e in m.values():
+        f = e["files"][0]
+        assert f["sha256"] == hashlib.sha256(Path(f["path"]).read_bytes()).hexdigest()
+    monkeypatch.setattr(conv, "file_sha256", real)
+    s2 = convert([root], out)
+    assert s2["inputs_converted"] == 1 and s2["inputs_unchanged"] == 2 and not s2["errors"]
+
+
 def test_hardware_rules_model_cli_parent(tmp_path):
     src = sorted((REAL / "ansor" / "roller-k80" / "pooling").glob("*.gz"))[0]
     lines = gzip.open(src).read().split(b"\n")[:6]
