@@ -374,24 +374,29 @@ def convert(inputs: list, out: Path, hardware: str | None = None, workers: int =
                 skipped += 1
                 continue
             changed.append((u, fp, old))
-        if changed:  # a parallel run starts its pool now: its processes import while this one hashes the inputs
+        if changed:  # a parallel run starts its pool now: its processes import while this one plans the work
             pool = stack.enter_context(process_pool(executor, workers))
             if pool is not None:
                 pool.submit(_ready)
                 _import_catalog()  # needed at the end; imported while the pool processes start, not after the work
+        errors: dict[str, str] = {}
         for u, fp, old in changed:
             if old is None:  # new: its worker hashes it (convert_group)
                 todo.append((u, None, fp))
                 continue
-            shas = [file_sha256(p) for p in u.paths]  # recorded before: touched but unchanged is not converted
-            if old and [f["sha256"] for f in old["files"]] == shas and _outputs_exist(out, old):
+            try:  # recorded before: a touched but unchanged input is not converted again
+                shas = [file_sha256(p) for p in u.paths]
+            except OSError as e:  # fails alone, as in a worker
+                errors[u.label] = f"{type(e).__name__}: {e}"
+                log(f"error: {u.label}: {errors[u.label]}")
+                continue
+            if [f["sha256"] for f in old["files"]] == shas and _outputs_exist(out, old):
                 for f, s in zip(fp, shas):  # touched but unchanged: refresh the fingerprint only
                     f["sha256"] = s
                 old["files"] = fp
                 skipped += 1
                 continue
             todo.append((u, shas, fp))
-        errors: dict[str, str] = {}
         done = 0
         removed = 0
         # inputs converted again leave their old groups first (whose other members keep their rows)

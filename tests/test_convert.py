@@ -342,6 +342,14 @@ def test_a_new_input_that_cannot_be_hashed_fails_alone(tmp_path, monkeypatch):
     monkeypatch.setattr(conv, "file_sha256", real)
     s2 = convert([root], out)
     assert s2["inputs_converted"] == 1 and s2["inputs_unchanged"] == 2 and not s2["errors"]
+    # a touched input is hashed before the work (unchanged content is not converted again): unreadable there, it
+    # fails alone too, and its rows and manifest entry from the last run stay
+    before = _manifest(out)
+    os.utime(files[1], ns=(files[1].stat().st_atime_ns, files[1].stat().st_mtime_ns + 10**9))
+    monkeypatch.setattr(conv, "file_sha256", unreadable)
+    s3 = convert([root], out)
+    assert list(s3["errors"]) == [bad] and s3["inputs_unchanged"] == 2 and s3["inputs_converted"] == 0
+    assert _manifest(out) == before
 
 
 def test_hardware_rules_model_cli_parent(tmp_path):
