@@ -352,6 +352,30 @@ def test_a_new_input_that_cannot_be_hashed_fails_alone(tmp_path, monkeypatch):
     assert _manifest(out) == before
 
 
+def test_info_counts_match_the_shards(real_ds):
+    """``curate info``'s numbers (dataset_info) against the shards and the manifest: records, tasks per hardware,
+    the failure rate of every (hardware, operator class) and the quarantine count."""
+    from tenset_curate.dataset_info import dataset_info
+    from tenset_curate.features import operator_classes
+
+    out, s = real_ds
+    info = dataset_info(out)
+    recs = pl.read_parquet(str(out / "records/*/*.parquet"),
+                           columns=["hardware", "task_id", "workload_name", "workload_key", "source_file", "is_valid"])
+    assert info["records"] == recs.height == s["totals"]["rows"]
+    assert info["tasks"] == recs.select("hardware", "task_id").n_unique()
+    assert info["quarantined"] == s["totals"]["quarantined"]
+    j = recs.join(operator_classes(recs), on="task_id", how="left")
+    rows = {(r["hardware"], r["op_class"]): r for r in info["by_hardware_operator"]}
+    assert sum(r["records"] for r in rows.values()) == recs.height
+    for (hw, oc), g in j.group_by("hardware", "op_class"):
+        r = rows[(hw, oc)]
+        assert (r["records"], r["tasks"]) == (g.height, g["task_id"].n_unique())
+        assert r["failure_rate"] == pytest.approx(1 - g["is_valid"].mean())
+    assert len({r["failure_rate"] for r in rows.values()}) > 1  # real logs: classes fail at different rates
+    assert sum(info["op_rules"].values()) == j["task_id"].n_unique()
+
+
 def test_hardware_rules_model_cli_parent(tmp_path):
     src = sorted((REAL / "ansor" / "roller-k80" / "pooling").glob("*.gz"))[0]
     lines = gzip.open(src).read().split(b"\n")[:6]
