@@ -7,12 +7,16 @@ executor ran it and with however many workers.
 
 - ``local``, ``workers <= 1``: in this process, in the given order (no pickling, no pool).
 - ``local``, ``workers > 1``: a ``ProcessPoolExecutor`` of ``workers - 1`` processes (forkserver: safe after the
-  parent ran threaded Polars/Arrow code), biggest item first, and this process is the last worker: it takes items
-  from the tail of the queue (the smallest ones) while the pool works, so no core waits for the pool's processes to
-  start and import. A pool process gets its next item when it returns one, never a queued second item that would
-  leave this process idle at the end (with one, the two sides of a 2-worker convert of the real logs finished
-  0.25-0.3 s apart in a 1.5 s run; now within 0.1 s). Measured on `curate convert` of the 245 MB of real Ansor
-  logs, 2 cores: ``python benchmarks/convert.py`` (``w2_vs_w1``, reports/convert.md).
+  parent ran threaded Polars/Arrow code), and this process is the last worker, so no core waits for the pool's
+  processes to start and import. Every worker, this process included, takes the biggest item left (longest
+  processing time first: the small items are what is left at the end, when they even out the finish). A pool
+  process gets its next item when it returns one, never a queued second item that would leave this process idle
+  at the end (with one, the two sides of a 2-worker convert of the real logs finished 0.25-0.3 s apart in a 1.5 s
+  run). Measured on `curate convert` of the 245 MB of real Ansor logs, 2 cores: ``python benchmarks/convert.py``
+  (``w2_vs_w1``, reports/convert.md). Until session 15 this process took the smallest items first, which left a
+  full-size group for the end whatever the plan's tail held: with convert's smaller tail groups
+  (``convert.plan_groups``) and biggest-first here, the two sides finish within 10 ms and a 2-worker convert takes
+  1.55 s instead of 1.62 s (medians of 8 interleaved rounds, 1 worker 2.61 s either way).
 - ``ray``: one Ray task per item (``num_cpus=1`` each), biggest first. Without ``address`` a local Ray instance is
   started with ``num_cpus=workers`` (so ``workers`` tasks run at once); with ``address`` (``"auto"``, or
   ``"ray://host:10001"``) it connects to that cluster and uses all its CPUs. A Ray instance that is already
@@ -121,9 +125,9 @@ def _one_thread_each() -> None:
 
 
 def _local_pool(fn, items, workers, shared=None):
-    """The pool's ``workers - 1`` processes take items from the front (biggest first), each handed its next item the
-    moment it returns one (so none waits, and none holds a queued item that this process could have taken); this
-    process takes items from the back, one at a time, between collecting results."""
+    """The pool's ``workers - 1`` processes and this one take items from the front (biggest first); a pool process is
+    handed its next item the moment it returns one (so none waits, and none holds a queued item that this process
+    could have taken); this process takes one at a time, between collecting results."""
     import queue as queue_mod
     import threading
     from collections import deque
@@ -162,7 +166,7 @@ def _local_pool(fn, items, workers, shared=None):
                 if not left:
                     break
                 try:
-                    i = todo.pop()
+                    i = todo.popleft()
                 except IndexError:  # nothing left to take: wait for the pool
                     f = done.get()
                     left -= 1

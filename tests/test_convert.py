@@ -238,7 +238,7 @@ def test_groups_pack_logs_and_a_changed_log_leaves_its_group(tmp_path):
     groups: dict[str, list] = {}
     for label, e in man.items():
         groups.setdefault(e["group"], []).append(label)
-    assert sorted(len(m) for m in groups.values()) == [1, 3, 3]
+    assert sorted(len(m) for m in groups.values()) == [1, 3, 3]  # 9 MB: too few groups for plan_groups' tail
     for g, members in groups.items():
         pf = pq.ParquetFile(out / f"records/hardware=k80/part-{g}.parquet")
         assert pf.metadata.num_row_groups == 1
@@ -277,6 +277,33 @@ def test_groups_pack_logs_and_a_changed_log_leaves_its_group(tmp_path):
     assert_same_content(out, clean, "after a lost shard")
     ref, present = _referenced_and_present(out)
     assert ref == present
+
+
+def test_plan_groups_packs_in_label_order_with_a_tail_of_small_groups():
+    """Groups of consecutive logs up to group_bytes, the plan's last TAIL_GROUPS x group_bytes in groups a
+    TAIL_SPLIT-th that size (parallel workers take them last and finish together); other units alone; the plan
+    depends on the inputs only."""
+    from types import SimpleNamespace
+
+    from tenset_curate.convert import TAIL_GROUPS, TAIL_SPLIT, plan_groups
+
+    mb = 1 << 20
+    sizes = {f"log{i:02d}": mb for i in range(40)} | {"db": 50 * mb}
+    todo = [(SimpleNamespace(label=k, kind="metaschedule" if k == "db" else "ansor"), None, None) for k in sizes]
+    random.Random(0).shuffle(todo)
+    groups = plan_groups(todo, 8 * mb, lambda u: sizes[u.label])
+    labels = [[u.label for u, _, _ in g] for g in groups]
+    assert ["db"] in labels
+    logs = [g for g in labels if g != ["db"]]
+    assert sum(logs, []) == sorted(k for k in sizes if k != "db")  # label order, each once
+    per = 8 // TAIL_SPLIT
+    tail = TAIL_GROUPS * 8  # MB of logs, in groups of `per`
+    assert [len(g) for g in logs] == [8] * ((40 - tail) // 8) + [per] * (tail // per)
+    assert plan_groups(list(reversed(todo)), 8 * mb, lambda u: sizes[u.label]) == groups
+    # logs that fill no more than TAIL_GROUPS + 2 groups keep full-size groups
+    small = [it for it in todo if it[0].label < f"log{(TAIL_GROUPS + 2) * 8:02d}"]
+    assert [len(g) for g in plan_groups(small, 8 * mb, lambda u: sizes[u.label]) if g[0][0].label != "db"] == \
+        [8] * (TAIL_GROUPS + 2)
 
 
 def test_a_failing_log_fails_alone_in_its_group(tmp_path, monkeypatch):
