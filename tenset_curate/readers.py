@@ -175,6 +175,7 @@ def parse_target(target: str) -> tuple:
 
 
 _INT_ONLY = {int}
+_INT_FLOAT = {int, float}
 _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 _MD5 = re.compile(r"^[0-9a-f]{32}$")
 
@@ -427,42 +428,63 @@ class _Columns:
         return len(steps)
 
     def add_ms_trace(self, insts: list, decisions: list) -> int:
-        """Append a MetaSchedule trace: one step per instruction, its decision folded in."""
+        """Append a MetaSchedule trace: one step per instruction, its decision folded in. A step holds the literal
+        inputs (SSA names are dropped) and the attributes, then the instruction's decision, each value in its
+        typed list. The hot path of the MetaSchedule reader (a trace has ~100 instructions): the common value types
+        are handled inline, the rest by ``_add_ms_value``."""
         dec = {}
         for d in decisions:
             if type(d) is not list or len(d) != 2 or type(d[0]) is not int:
                 raise ValueError(f"malformed decision {str(d)[:60]}")
             dec[d[0]] = d[1]
-        kinds = self.step_kind
+        kinds_append = self.step_kind.append
+        ints = self.ints_val
+        ints_append, strs_append, floats_append = ints.append, self.strs_val.append, self.floats_val.append
+        ints_off, lists_off, strs_off, floats_off = self.ints_off, self.lists_off, self.strs_off, self.floats_off
+        lists_inner_off, strs, floats = self.lists_inner_off, self.strs_val, self.floats_val
+        add_value = self._add_ms_value
+        lo, hi = _I64_MIN, _I64_MAX
         for idx, inst in enumerate(insts):
             if type(inst) is not list or len(inst) != 4 or type(inst[0]) is not str:
                 raise ValueError(f"malformed trace instruction {str(inst)[:60]}")
             kind, inputs, attrs, _outputs = inst
             if type(inputs) is not list or type(attrs) is not list:
                 raise ValueError(f"malformed trace instruction {kind}")
-            kinds.append(kind)
+            kinds_append(kind)
             for a in inputs:  # SSA names are dropped; literal inputs are kept
-                if type(a) is str:
-                    if a and a[0] == '"':
-                        self.strs_val.append(a.strip('"'))
-                    elif _is_int_str(a):
-                        self.ints_val.append(_i64(int(a)))
-                elif type(a) is int:
-                    self.ints_val.append(_i64(a))
-                elif type(a) is float:
-                    self.floats_val.append(a)
-            items = list(attrs)
+                t = type(a)
+                if t is str:
+                    if a:
+                        c = a[0]
+                        if c == '"':
+                            strs_append(a.strip('"'))
+                        elif (c == "-" or c.isdigit()) and _is_int_str(a):  # an SSA name starts with a letter
+                            ints_append(_i64(int(a)))
+                elif t is int:
+                    if not lo <= a <= hi:
+                        raise ValueError(f"integer {a} out of int64 range")
+                    ints_append(a)
+                elif t is float:
+                    floats_append(a)
+            for a in attrs:
+                t = type(a)
+                if t is int:
+                    if not lo <= a <= hi:
+                        raise ValueError(f"integer {a} out of int64 range")
+                    ints_append(a)
+                elif t is str:
+                    strs_append(a)
+                else:
+                    add_value(a)
             if idx in dec:
-                items.append(dec.pop(idx))
-            for a in items:
-                self._add_ms_value(a)
-            self.ints_off.append(len(self.ints_val))
-            self.lists_off.append(len(self.lists_inner_off) - 1)
-            self.strs_off.append(len(self.strs_val))
-            self.floats_off.append(len(self.floats_val))
+                add_value(dec.pop(idx))
+            ints_off.append(len(ints))
+            lists_off.append(len(lists_inner_off) - 1)
+            strs_off.append(len(strs))
+            floats_off.append(len(floats))
         if dec:
             raise ValueError(f"decision for a missing instruction index {sorted(dec)[:3]}")
-        self.step_offsets.append(len(kinds))
+        self.step_offsets.append(len(self.step_kind))
         return len(insts)
 
     def _add_ms_value(self, a) -> None:
@@ -478,11 +500,15 @@ class _Columns:
         elif a is None:
             pass
         elif t is list:
-            if all(type(x) is int for x in a):
-                self.lists_val.extend(_i64(x) for x in a)
-                self.lists_inner_off.append(len(self.lists_val))
-            elif all(type(x) in (int, float) for x in a):
-                self.floats_val.extend(float(x) for x in a)
+            types = set(map(type, a))
+            if types <= _INT_ONLY:  # (an empty list too)
+                vals = self.lists_val
+                if a and not _I64_MIN <= min(a) <= max(a) <= _I64_MAX:
+                    _i64(next(x for x in a if not _I64_MIN <= x <= _I64_MAX))
+                vals.extend(a)
+                self.lists_inner_off.append(len(vals))
+            elif types <= _INT_FLOAT:
+                self.floats_val.extend(map(float, a))
             else:
                 for x in a:
                     self._add_ms_value(x)
