@@ -504,7 +504,8 @@ class _Columns:
             if types <= _INT_ONLY:  # (an empty list too)
                 vals = self.lists_val
                 if a and not _I64_MIN <= min(a) <= max(a) <= _I64_MAX:
-                    _i64(next(x for x in a if not _I64_MIN <= x <= _I64_MAX))
+                    bad = next(x for x in a if not _I64_MIN <= x <= _I64_MAX)  # the first, as _i64 would name it
+                    raise ValueError(f"integer {bad} out of int64 range")
                 vals.extend(a)
                 self.lists_inner_off.append(len(vals))
             elif types <= _INT_FLOAT:
