@@ -15,7 +15,10 @@
    target, workload key) are interned: rows carry int32 ids into a list of unique strings.
 
    Memory: every output grows in a checked buffer; a failed allocation raises MemoryError. Offsets are int32, so
-   the caller passes blocks of at most 256 MB. No input byte is read outside [data, data + len). */
+   the caller passes blocks of at most 256 MB. No input byte is read outside [data, data + len).
+
+   ms_trace (further down) is the MetaSchedule reader's trace walk, over the objects orjson parsed: the same rule,
+   it appends what _Columns._add_ms_trace_py would or hands the trace back. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
@@ -884,6 +887,200 @@ error:
     return NULL;
 }
 
+/* ------------------------------------------------------------------------------------------------ MetaSchedule */
+
+/* ms_trace(insts, decisions, lists) appends one MetaSchedule trace to the 11 Python lists of a readers._Columns
+   (step_kind, ints_val, ints_off, lists_val, lists_inner_off, lists_off, strs_val, strs_off, floats_val, floats_off,
+   step_offsets) exactly as _Columns._add_ms_trace_py does, and returns the number of instructions; it returns None
+   (leaving the lists for the caller to roll back) for anything it is not sure of: a malformed instruction or
+   decision, an integer beyond int64, a non-ASCII or doubly signed numeric input, a dict, deep nesting, a type the
+   Python path rejects. The Python path then gives the reference result or error. Values are the objects the JSON
+   parser made (appended by reference); only bools and ints read as floats become new objects. */
+enum { L_KIND, L_INTS, L_INTS_OFF, L_LISTS, L_INNER_OFF, L_LISTS_OFF, L_STRS, L_STRS_OFF, L_FLOATS, L_FLOATS_OFF,
+       L_STEPS_OFF, N_LISTS };
+#define MS_UNSURE 1 /* hand the trace back to the Python path */
+#define MS_MAX_DEPTH 64
+
+static int append_new(PyObject *list, PyObject *v) {
+    if (!v) return -1;
+    int r = PyList_Append(list, v);
+    Py_DECREF(v);
+    return r;
+}
+
+static int append_len(PyObject *dst, PyObject *of, Py_ssize_t minus) {
+    return append_new(dst, PyLong_FromSsize_t(PyList_GET_SIZE(of) - minus));
+}
+
+/* 0: an exact int within int64; MS_UNSURE: beyond it */
+static int int64_ok(PyObject *a) {
+    int overflow = 0;
+    (void)PyLong_AsLongLongAndOverflow(a, &overflow);
+    if (overflow) return MS_UNSURE;
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+/* _Columns._add_ms_value */
+static int ms_value(PyObject **L, PyObject *a, int depth) {
+    if (PyLong_CheckExact(a)) {
+        int r = int64_ok(a);
+        return r ? r : PyList_Append(L[L_INTS], a);
+    }
+    if (PyBool_Check(a)) return append_new(L[L_INTS], PyLong_FromLong(a == Py_True));
+    if (PyFloat_CheckExact(a)) return PyList_Append(L[L_FLOATS], a);
+    if (PyUnicode_CheckExact(a)) return PyList_Append(L[L_STRS], a);
+    if (a == Py_None) return 0;
+    if (!PyList_CheckExact(a) || depth >= MS_MAX_DEPTH) return MS_UNSURE; /* a dict (sorted JSON text), ... */
+    Py_ssize_t n = PyList_GET_SIZE(a);
+    int all_int = 1, all_num = 1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *x = PyList_GET_ITEM(a, i);
+        if (!PyLong_CheckExact(x)) {
+            all_int = 0;
+            if (!PyFloat_CheckExact(x)) all_num = 0;
+        }
+    }
+    if (all_int) { /* (an empty list too) */
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int r = int64_ok(PyList_GET_ITEM(a, i));
+            if (r) return r;
+        }
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (PyList_Append(L[L_LISTS], PyList_GET_ITEM(a, i))) return -1;
+        return append_len(L[L_INNER_OFF], L[L_LISTS], 0);
+    }
+    if (all_num) {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *x = PyList_GET_ITEM(a, i);
+            if (PyFloat_CheckExact(x)) {
+                if (PyList_Append(L[L_FLOATS], x)) return -1;
+                continue;
+            }
+            double v = PyLong_AsDouble(x);
+            if (v == -1.0 && PyErr_Occurred()) { /* too large for a float: the Python path raises */
+                PyErr_Clear();
+                return MS_UNSURE;
+            }
+            if (append_new(L[L_FLOATS], PyFloat_FromDouble(v))) return -1;
+        }
+        return 0;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int r = ms_value(L, PyList_GET_ITEM(a, i), depth + 1);
+        if (r) return r;
+    }
+    return 0;
+}
+
+/* one literal input of an instruction (SSA names are dropped) */
+static int ms_input(PyObject **L, PyObject *a) {
+    if (PyLong_CheckExact(a)) {
+        int r = int64_ok(a);
+        return r ? r : PyList_Append(L[L_INTS], a);
+    }
+    if (PyFloat_CheckExact(a)) return PyList_Append(L[L_FLOATS], a);
+    if (!PyUnicode_CheckExact(a)) return 0; /* the Python path ignores other types here */
+    Py_ssize_t n = PyUnicode_GET_LENGTH(a);
+    if (n == 0) return 0;
+    if (!PyUnicode_IS_ASCII(a)) return MS_UNSURE; /* str.isdigit and str.strip on any Unicode: the Python path */
+    const char *s = (const char *)PyUnicode_1BYTE_DATA(a);
+    if (s[0] == '"') { /* a.strip('"') */
+        Py_ssize_t i = 0, j = n;
+        while (i < j && s[i] == '"') i++;
+        while (j > i && s[j - 1] == '"') j--;
+        return append_new(L[L_STRS], PyUnicode_Substring(a, i, j));
+    }
+    if (s[0] != '-' && (s[0] < '0' || s[0] > '9')) return 0; /* an SSA name */
+    Py_ssize_t k = 0;
+    while (k < n && s[k] == '-') k++;
+    if (k == n) return 0; /* lstrip("-") leaves "": not digits */
+    for (Py_ssize_t i = k; i < n; i++)
+        if (s[i] < '0' || s[i] > '9') return 0;
+    if (k > 1 || n - k > 19) return MS_UNSURE; /* int("--5") raises; 20+ digits: beyond int64 or zero-padded */
+    PyObject *v = PyLong_FromString(s, NULL, 10);
+    if (!v) return -1;
+    int r = int64_ok(v);
+    if (r) {
+        Py_DECREF(v);
+        return r;
+    }
+    return append_new(L[L_INTS], v);
+}
+
+static int ms_trace_into(PyObject **L, PyObject *insts, PyObject *decisions, PyObject *dec) {
+    Py_ssize_t nd = PyList_GET_SIZE(decisions);
+    for (Py_ssize_t i = 0; i < nd; i++) {
+        PyObject *d = PyList_GET_ITEM(decisions, i);
+        if (!PyList_CheckExact(d) || PyList_GET_SIZE(d) != 2 || !PyLong_CheckExact(PyList_GET_ITEM(d, 0)))
+            return MS_UNSURE;
+        if (PyDict_SetItem(dec, PyList_GET_ITEM(d, 0), PyList_GET_ITEM(d, 1))) return -1;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(insts);
+    for (Py_ssize_t idx = 0; idx < n; idx++) {
+        PyObject *inst = PyList_GET_ITEM(insts, idx);
+        if (!PyList_CheckExact(inst) || PyList_GET_SIZE(inst) != 4 || !PyUnicode_CheckExact(PyList_GET_ITEM(inst, 0)))
+            return MS_UNSURE;
+        PyObject *inputs = PyList_GET_ITEM(inst, 1), *attrs = PyList_GET_ITEM(inst, 2);
+        if (!PyList_CheckExact(inputs) || !PyList_CheckExact(attrs)) return MS_UNSURE;
+        if (PyList_Append(L[L_KIND], PyList_GET_ITEM(inst, 0))) return -1;
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(inputs); i++) {
+            int r = ms_input(L, PyList_GET_ITEM(inputs, i));
+            if (r) return r;
+        }
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(attrs); i++) {
+            PyObject *a = PyList_GET_ITEM(attrs, i);
+            int r = PyUnicode_CheckExact(a) ? PyList_Append(L[L_STRS], a) : ms_value(L, a, 0);
+            if (r) return r;
+        }
+        if (PyDict_GET_SIZE(dec)) {
+            PyObject *key = PyLong_FromSsize_t(idx);
+            if (!key) return -1;
+            PyObject *d = PyDict_GetItemWithError(dec, key); /* borrowed */
+            int r = 0;
+            if (d) {
+                Py_INCREF(d);
+                r = PyDict_DelItem(dec, key);
+                if (!r) r = ms_value(L, d, 0);
+                Py_DECREF(d);
+            } else if (PyErr_Occurred()) {
+                r = -1;
+            }
+            Py_DECREF(key);
+            if (r) return r;
+        }
+        if (append_len(L[L_INTS_OFF], L[L_INTS], 0) || append_len(L[L_LISTS_OFF], L[L_INNER_OFF], 1) ||
+            append_len(L[L_STRS_OFF], L[L_STRS], 0) || append_len(L[L_FLOATS_OFF], L[L_FLOATS], 0))
+            return -1;
+    }
+    if (PyDict_GET_SIZE(dec)) return MS_UNSURE; /* a decision for a missing instruction: the Python path says so */
+    return append_len(L[L_STEPS_OFF], L[L_KIND], 0);
+}
+
+static PyObject *py_ms_trace(PyObject *self, PyObject *args) {
+    PyObject *insts, *decisions, *lists;
+    if (!PyArg_ParseTuple(args, "OOO!", &insts, &decisions, &PyTuple_Type, &lists)) return NULL;
+    if (PyTuple_GET_SIZE(lists) != N_LISTS) {
+        PyErr_SetString(PyExc_ValueError, "ms_trace: expected a tuple of 11 lists");
+        return NULL;
+    }
+    PyObject *L[N_LISTS];
+    for (int i = 0; i < N_LISTS; i++) {
+        L[i] = PyTuple_GET_ITEM(lists, i);
+        if (!PyList_CheckExact(L[i])) {
+            PyErr_SetString(PyExc_TypeError, "ms_trace: expected a tuple of 11 lists");
+            return NULL;
+        }
+    }
+    if (!PyList_CheckExact(insts) || !PyList_CheckExact(decisions)) Py_RETURN_NONE;
+    PyObject *dec = PyDict_New();
+    if (!dec) return NULL;
+    int r = ms_trace_into(L, insts, decisions, dec);
+    Py_DECREF(dec);
+    if (r < 0) return NULL;
+    if (r == MS_UNSURE) Py_RETURN_NONE;
+    return PyLong_FromSsize_t(PyList_GET_SIZE(insts));
+}
+
 static PyObject *py_blake2b64(PyObject *self, PyObject *args) {
     Py_buffer view;
     if (!PyArg_ParseTuple(args, "y*", &view)) return NULL;
@@ -908,6 +1105,8 @@ static PyMethodDef METHODS[] = {
      "scan(block, first_line, strip_bom, failed_threshold) -> dict of packed columns (see the module docstring)"},
     {"blake2b64", py_blake2b64, METH_VARARGS, "blake2b64(data) -> hashlib.blake2b(data, digest_size=8).hexdigest()"},
     {"fsum", py_fsum, METH_VARARGS, "fsum(float64 bytes) -> math.fsum of finite values (None if out of partials)"},
+    {"ms_trace", py_ms_trace, METH_VARARGS,
+     "ms_trace(insts, decisions, lists) -> instructions appended, or None: the Python path decides (see above)"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_scan",

@@ -44,6 +44,7 @@ try:  # the compiled Ansor line scanner (_scan.c, built by `pip install`); witho
     from . import _scan
 except ImportError:  # pragma: no cover - a build without a C compiler
     _scan = None
+_ms_trace = getattr(_scan, "ms_trace", None)  # its MetaSchedule trace path (_Columns.add_ms_trace)
 
 from .schema import (
     ERROR_NAMES,
@@ -430,8 +431,22 @@ class _Columns:
     def add_ms_trace(self, insts: list, decisions: list) -> int:
         """Append a MetaSchedule trace: one step per instruction, its decision folded in. A step holds the literal
         inputs (SSA names are dropped) and the attributes, then the instruction's decision, each value in its
-        typed list. The hot path of the MetaSchedule reader (a trace has ~100 instructions): the common value types
-        are handled inline, the rest by ``_add_ms_value``."""
+        typed list. The compiled ``_scan.ms_trace`` does it where it is sure to do what ``_add_ms_trace_py`` does
+        (tests/test_scan.py compares the two on every real trace and on mutated ones); otherwise, or with the
+        compiled path off (``scan_enabled``), the Python path runs."""
+        if _ms_trace is not None and scan_enabled():
+            mark = self.mark()
+            n = _ms_trace(insts, decisions, (self.step_kind, self.ints_val, self.ints_off, self.lists_val,
+                                             self.lists_inner_off, self.lists_off, self.strs_val, self.strs_off,
+                                             self.floats_val, self.floats_off, self.step_offsets))
+            if n is not None:
+                return n
+            self.rollback_steps(*mark)
+        return self._add_ms_trace_py(insts, decisions)
+
+    def _add_ms_trace_py(self, insts: list, decisions: list) -> int:
+        """The reference (and fallback) path of ``add_ms_trace``; the common value types are handled inline (a
+        trace has ~100 instructions), the rest by ``_add_ms_value``."""
         dec = {}
         for d in decisions:
             if type(d) is not list or len(d) != 2 or type(d[0]) is not int:

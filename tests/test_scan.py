@@ -402,3 +402,99 @@ def test_a_block_too_big_for_the_scanner_goes_to_python(tmp_path, monkeypatch):
         py, c = read_both(p)
     assert_same(py, c)
     assert c[0].stats.rows == 2 and c[0].stats.quarantined == 1 and c[0].stats.comments == 1
+
+
+# ---------------------------------------------------------------------------------------------- MetaSchedule traces
+
+MS_VALUES = [0, -1, 7, 1 << 63, -(1 << 63), (1 << 63) - 1, -(1 << 63) - 1, True, False, 1.5, -0.0, float("inf"), 1e308,
+             "", "x", "b0", '"q"', '""', '"', '"a"b"', "-", "--", "-3", "--3", "12", "007", "-0", "1" * 19, "1" * 20,
+             "9223372036854775807", "9223372036854775808", "-9223372036854775808", "1a", "1_000", "²", "٣", "ä",
+             '"ä"', None, [], [1, 2], [1, 2.0], [2.5], [1, "a"], [True, 1], [[1, 2], [3]], [1, 1 << 63], [1.0, 1 << 1100],
+             [1 << 1100], {"b": 1, "a": [1]}, [{"k": 1}], [None, [None]], (1,), 1j]
+
+
+def _deep(n):
+    v: list = [1]
+    for _ in range(n):
+        v = [v, "s"]
+    return v
+
+
+def _ms_traces():
+    """Every trace of the real MetaSchedule databases, then mutated copies (values from MS_VALUES, deep nesting,
+    broken instructions and decisions, decisions for missing or repeated indices)."""
+    import copy
+
+    import orjson
+
+    traces = []
+    for db in sorted((REAL / "metaschedule").iterdir()):
+        for line in gzip.open(db / "database_tuning_record.json.gz").read().split(b"\n"):
+            if line.strip():
+                traces.append(orjson.loads(line)[1][0])
+    yield from traces
+    rng = random.Random(15)
+    values = MS_VALUES + [_deep(10), _deep(70)]
+    for _ in range(3000):
+        insts, decs = copy.deepcopy(rng.choice(traces))
+        for _ in range(rng.randint(1, 4)):
+            r = rng.random()
+            if insts and r < 0.45:
+                inst = insts[rng.randrange(len(insts))]
+                if isinstance(inst, list) and len(inst) == 4:
+                    part = inst[rng.choice([1, 2])]
+                    if isinstance(part, list):
+                        part.insert(rng.randint(0, len(part)), rng.choice(values))
+            elif r < 0.65 and decs:
+                i = rng.randrange(len(decs))
+                ok = isinstance(decs[i], list) and decs[i] and rng.random() < 0.85
+                decs[i] = [decs[i][0], rng.choice(values)] if ok else rng.choice(values)
+            elif r < 0.75:
+                decs.append([rng.choice([-1, 0, len(insts), len(insts) + 5, True]), rng.choice(values)])
+            elif r < 0.85 and insts:
+                insts[rng.randrange(len(insts))] = rng.choice(values + [["K", [], [], []], ["K", "x", [], []],
+                                                                        ["K", [], [], [], []], [1, [], [], []]])
+            elif decs and isinstance(d := decs[rng.randrange(len(decs))], list):
+                decs.append(list(d))  # the same index twice: the last one counts
+        yield insts, decs
+
+
+def _ms_columns(path: str, insts, decisions):
+    c = R._Columns()
+    try:
+        n = c.add_ms_trace(insts, decisions) if path == "c" else c._add_ms_trace_py(insts, decisions)
+        err = None
+    except Exception as e:  # noqa: BLE001 - the error itself is compared
+        n, err = None, f"{type(e).__name__}: {e}"
+    cols = (c.step_kind, c.ints_val, c.ints_off, c.lists_val, c.lists_inner_off, c.lists_off, c.strs_val, c.strs_off,
+            c.floats_val, c.floats_off, c.step_offsets)
+    return n, err, (None if err else repr(cols))
+
+
+def test_ms_trace_matches_the_python_path():
+    """``_scan.ms_trace`` (through ``add_ms_trace``) gives the Python path's columns, or hands the trace back so that
+    the Python path gives its result or error: on every real trace and on 3,000 mutated ones. It must also take the
+    real traces itself (not hand them all back)."""
+    import copy
+
+    assert R._ms_trace is not None
+    taken = real = handed_back_valid = 0
+    n_real = sum(1 for db in (REAL / "metaschedule").iterdir()
+                 for line in gzip.open(db / "database_tuning_record.json.gz").read().split(b"\n") if line.strip())
+    with pure_python(False), watchdog(300):
+        for k, (insts, decs) in enumerate(_ms_traces()):
+            got = _ms_columns("c", copy.deepcopy(insts), copy.deepcopy(decs))
+            want = _ms_columns("py", copy.deepcopy(insts), copy.deepcopy(decs))
+            assert got == want, f"trace {k}: {got[1]!r} vs {want[1]!r}"
+            c = R._Columns()
+            direct = R._ms_trace(copy.deepcopy(insts), copy.deepcopy(decs), (
+                c.step_kind, c.ints_val, c.ints_off, c.lists_val, c.lists_inner_off, c.lists_off, c.strs_val,
+                c.strs_off, c.floats_val, c.floats_off, c.step_offsets))
+            taken += direct is not None
+            handed_back_valid += direct is None and want[1] is None
+            real += k < n_real
+            if k == n_real - 1:
+                assert taken == n_real, f"only {taken} of {n_real} real traces taken by the compiled path"
+    assert real == n_real
+    assert taken > n_real + 500  # mutated traces it is sure of are taken too
+    assert handed_back_valid > 50  # and the unusual valid ones (dicts, deep nesting, ...) go to the Python path
