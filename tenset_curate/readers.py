@@ -445,8 +445,8 @@ class _Columns:
         return self._add_ms_trace_py(insts, decisions)
 
     def _add_ms_trace_py(self, insts: list, decisions: list) -> int:
-        """The reference (and fallback) path of ``add_ms_trace``; the common value types are handled inline (a
-        trace has ~100 instructions), the rest by ``_add_ms_value``."""
+        """The reference (and fallback) path of ``add_ms_trace``: literal inputs inline (SSA names are skipped on
+        their first character), attributes and decisions by ``_add_ms_value``."""
         dec = {}
         for d in decisions:
             if type(d) is not list or len(d) != 2 or type(d[0]) is not int:
@@ -458,7 +458,6 @@ class _Columns:
         ints_off, lists_off, strs_off, floats_off = self.ints_off, self.lists_off, self.strs_off, self.floats_off
         lists_inner_off, strs, floats = self.lists_inner_off, self.strs_val, self.floats_val
         add_value = self._add_ms_value
-        lo, hi = _I64_MIN, _I64_MAX
         for idx, inst in enumerate(insts):
             if type(inst) is not list or len(inst) != 4 or type(inst[0]) is not str:
                 raise ValueError(f"malformed trace instruction {str(inst)[:60]}")
@@ -476,21 +475,11 @@ class _Columns:
                         elif (c == "-" or c.isdigit()) and _is_int_str(a):  # an SSA name starts with a letter
                             ints_append(_i64(int(a)))
                 elif t is int:
-                    if not lo <= a <= hi:
-                        raise ValueError(f"integer {a} out of int64 range")
-                    ints_append(a)
+                    ints_append(_i64(a))
                 elif t is float:
                     floats_append(a)
             for a in attrs:
-                t = type(a)
-                if t is int:
-                    if not lo <= a <= hi:
-                        raise ValueError(f"integer {a} out of int64 range")
-                    ints_append(a)
-                elif t is str:
-                    strs_append(a)
-                else:
-                    add_value(a)
+                add_value(a)
             if idx in dec:
                 add_value(dec.pop(idx))
             ints_off.append(len(ints))
