@@ -942,11 +942,10 @@ static int ms_value(PyObject **L, PyObject *a, int depth) {
     }
     if (all_int) { /* (an empty list too) */
         for (Py_ssize_t i = 0; i < n; i++) {
-            int r = int64_ok(PyList_GET_ITEM(a, i));
-            if (r) return r;
+            PyObject *x = PyList_GET_ITEM(a, i);
+            int r = int64_ok(x);
+            if (r || PyList_Append(L[L_LISTS], x)) return r ? r : -1;
         }
-        for (Py_ssize_t i = 0; i < n; i++)
-            if (PyList_Append(L[L_LISTS], PyList_GET_ITEM(a, i))) return -1;
         return append_len(L[L_INNER_OFF], L[L_LISTS], 0);
     }
     if (all_num) {

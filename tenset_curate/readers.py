@@ -436,13 +436,17 @@ class _Columns:
         compiled path off (``scan_enabled``), the Python path runs."""
         if _ms_trace is not None and scan_enabled():
             mark = self.mark()
-            n = _ms_trace(insts, decisions, (self.step_kind, self.ints_val, self.ints_off, self.lists_val,
-                                             self.lists_inner_off, self.lists_off, self.strs_val, self.strs_off,
-                                             self.floats_val, self.floats_off, self.step_offsets))
+            n = _ms_trace(insts, decisions, self.step_lists())
             if n is not None:
                 return n
             self.rollback_steps(*mark)
         return self._add_ms_trace_py(insts, decisions)
+
+    def step_lists(self) -> tuple:
+        """The lists a schedule is appended to, in ``_scan.ms_trace``'s order: kinds, then ints, lists, strs and
+        floats (values and per-step offsets), then the per-record step offsets."""
+        return (self.step_kind, self.ints_val, self.ints_off, self.lists_val, self.lists_inner_off, self.lists_off,
+                self.strs_val, self.strs_off, self.floats_val, self.floats_off, self.step_offsets)
 
     def _add_ms_trace_py(self, insts: list, decisions: list) -> int:
         """The reference (and fallback) path of ``add_ms_trace``: literal inputs inline (SSA names are skipped on
@@ -800,7 +804,8 @@ _VALIDATION_ERRORS = (ValueError, TypeError, KeyError, IndexError, OverflowError
 
 
 def scan_enabled() -> bool:
-    """Whether Ansor logs go through the compiled scanner (built, and not turned off by TENSET_CURATE_PURE_PYTHON)."""
+    """Whether the compiled paths run (Ansor logs through the scanner, MetaSchedule traces through ``ms_trace``):
+    built, and not turned off by TENSET_CURATE_PURE_PYTHON."""
     return _scan is not None and os.environ.get("TENSET_CURATE_PURE_PYTHON", "") in ("", "0")
 
 

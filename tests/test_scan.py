@@ -420,18 +420,19 @@ def _deep(n):
     return v
 
 
-def _ms_traces():
-    """Every trace of the real MetaSchedule databases, then mutated copies (values from MS_VALUES, deep nesting,
-    broken instructions and decisions, decisions for missing or repeated indices)."""
-    import copy
-
+def _real_ms_traces() -> list:
+    """Every trace of the real MetaSchedule databases."""
     import orjson
 
-    traces = []
-    for db in sorted((REAL / "metaschedule").iterdir()):
-        for line in gzip.open(db / "database_tuning_record.json.gz").read().split(b"\n"):
-            if line.strip():
-                traces.append(orjson.loads(line)[1][0])
+    return [orjson.loads(line)[1][0] for db in sorted((REAL / "metaschedule").iterdir())
+            for line in gzip.open(db / "database_tuning_record.json.gz").read().split(b"\n") if line.strip()]
+
+
+def _ms_traces(traces: list):
+    """``traces``, then mutated copies (values from MS_VALUES, deep nesting, broken instructions and decisions,
+    decisions for missing or repeated indices)."""
+    import copy
+
     yield from traces
     rng = random.Random(15)
     values = MS_VALUES + [_deep(10), _deep(70)]
@@ -466,9 +467,7 @@ def _ms_columns(path: str, insts, decisions):
         err = None
     except Exception as e:  # noqa: BLE001 - the error itself is compared
         n, err = None, f"{type(e).__name__}: {e}"
-    cols = (c.step_kind, c.ints_val, c.ints_off, c.lists_val, c.lists_inner_off, c.lists_off, c.strs_val, c.strs_off,
-            c.floats_val, c.floats_off, c.step_offsets)
-    return n, err, (None if err else repr(cols))
+    return n, err, (None if err else repr(c.step_lists()))
 
 
 def test_ms_trace_matches_the_python_path():
@@ -479,17 +478,14 @@ def test_ms_trace_matches_the_python_path():
 
     assert R._ms_trace is not None
     taken = real = handed_back_valid = 0
-    n_real = sum(1 for db in (REAL / "metaschedule").iterdir()
-                 for line in gzip.open(db / "database_tuning_record.json.gz").read().split(b"\n") if line.strip())
+    real_traces = _real_ms_traces()
+    n_real = len(real_traces)
     with pure_python(False), watchdog(300):
-        for k, (insts, decs) in enumerate(_ms_traces()):
+        for k, (insts, decs) in enumerate(_ms_traces(real_traces)):
             got = _ms_columns("c", copy.deepcopy(insts), copy.deepcopy(decs))
             want = _ms_columns("py", copy.deepcopy(insts), copy.deepcopy(decs))
             assert got == want, f"trace {k}: {got[1]!r} vs {want[1]!r}"
-            c = R._Columns()
-            direct = R._ms_trace(copy.deepcopy(insts), copy.deepcopy(decs), (
-                c.step_kind, c.ints_val, c.ints_off, c.lists_val, c.lists_inner_off, c.lists_off, c.strs_val,
-                c.strs_off, c.floats_val, c.floats_off, c.step_offsets))
+            direct = R._ms_trace(copy.deepcopy(insts), copy.deepcopy(decs), R._Columns().step_lists())
             taken += direct is not None
             handed_back_valid += direct is None and want[1] is None
             real += k < n_real
