@@ -66,6 +66,17 @@
   0.7 (-1.47, -1.82) -> (-1.62, -1.44); roller-k80 0.45 (-0.16, +0.10) -> (-0.05, -0.46), 0.7 (-0.91, -0.37) ->
   (-0.90, -0.62). It would meet MI50's 0.45 bar and lose K80's (top-1), the same trade as every knob above, and it
   would need a weights file next to the pruned shards that every trainer reads; not built.
+  Tried in session 16 (throwaway scripts over ``evaluate_prune``, roller-mi50, seeds 0-2): error-driven completion
+  (active learning): hybrid at 70% of each task's budget, then the proxy (200 trees) trained on that kept set and
+  the rest of the budget filled with the task's records it mis-ranks most (label error after mapping the predicted
+  rank onto the kept labels). At 0.7, (PCA, top-1) 0.8099 / 0.9404 against hybrid's 0.8119 / 0.9326; seeding 50%
+  and filling in two rounds 0.8046 / 0.9271. Like ``importance``, records a model gets wrong teach the proxy less
+  than coverage does; dropped. Two checks of the proxy itself: early stopping on 10% of the kept training records
+  (the proxy has none) left 600 trees in almost every fit and moved nothing beyond a seed sd (seeds 0-1: full
+  0.829 / 0.826 -> 0.828 / 0.825, hybrid 0.7 0.809 / 0.814 -> 0.805 / 0.811), so the loss at 0.7 is data, not
+  over-fitting; and the product's own GBDT (``curate train --model gbdt`` defaults, within-task features over the
+  kept records and the test records) reaches 0.844 PCA on full data but loses MORE to pruning: hybrid -0.77
+  (0.45) and -2.04 (0.7) PCA points, random -0.92 and -1.98. A stronger ranker needs more of the data.
 
 Invariants (checked): deterministic for a seed; every (hardware, task) keeps its best valid record and at least
 ``min_keep`` records (or all it has); the achieved ratio is within 1% of the request whenever the minimums allow;
