@@ -77,6 +77,10 @@
   over-fitting; and the product's own GBDT (``curate train --model gbdt`` defaults, within-task features over the
   kept records and the test records) reaches 0.844 PCA on full data but loses MORE to pruning: hybrid -0.77
   (0.45) and -2.04 (0.7) PCA points, random -0.92 and -1.98. A stronger ranker needs more of the data.
+  Also session 16: the kept budget by task difficulty, each task's share in proportion to size x (1 - its
+  out-of-fold proxy PCA)^b (2 folds, 200 trees; task PCA 0.61-1.00), the rest of hybrid unchanged. Mean PCA over
+  seeds 0-2 against hybrid's proportional budget: b = 1 (more to the hard tasks) 0.45: -0.25 points, 0.7: -0.28;
+  b = -1 (more to the easy ones) 0.45: -0.37, 0.7: -1.32. Proportional stays.
 
 Invariants (checked): deterministic for a seed; every (hardware, task) keeps its best valid record and at least
 ``min_keep`` records (or all it has); the achieved ratio is within 1% of the request whenever the minimums allow;
