@@ -80,7 +80,7 @@
   Also session 16: the kept budget by task difficulty, each task's share in proportion to size x (1 - its
   out-of-fold proxy PCA)^b (2 folds, 200 trees; task PCA 0.61-1.00), the rest of hybrid unchanged. Mean PCA over
   seeds 0-2 against hybrid's proportional budget: b = 1 (more to the hard tasks) 0.45: -0.25 points, 0.7: -0.28;
-  b = -1 (more to the easy ones) 0.45: -0.37, 0.7: -1.32. Proportional stays.
+  b = -1 (more to the easy ones) 0.45: -0.37, 0.7: -1.33. Proportional stays.
 
 Invariants (checked): deterministic for a seed; every (hardware, task) keeps its best valid record and at least
 ``min_keep`` records (or all it has); the achieved ratio is within 1% of the request whenever the minimums allow;
