@@ -196,34 +196,29 @@ def _global_pool(net: str, kind: str, h: int, c: int, layer: str) -> Workload:
     )
 
 
-def _softmax(net: str, shape: tuple[int, ...], layer: str) -> Workload:
+def _per_element(net: str, op: str, op_class: str, shape: tuple[int, ...], flops_per_element: int,
+                 layer: str) -> Workload:
+    """A workload over one tensor of ``shape`` doing ``flops_per_element`` operations per element."""
     numel = 1
     for d in shape:
         numel *= d
     return Workload(
-        name=f"{net}.softmax.{'x'.join(map(str, shape))}",
-        op="softmax",
-        op_class="softmax",
+        name=f"{net}.{op}.{'x'.join(map(str, shape))}",
+        op=op,
+        op_class=op_class,
         network=net,
         args=dict(shape=list(shape)),
-        flops=4 * numel,
+        flops=flops_per_element * numel,
         layer=layer,
     )
+
+
+def _softmax(net: str, shape: tuple[int, ...], layer: str) -> Workload:
+    return _per_element(net, "softmax", "softmax", shape, 4, layer)
 
 
 def _add(net: str, shape: tuple[int, ...], layer: str) -> Workload:
-    numel = 1
-    for d in shape:
-        numel *= d
-    return Workload(
-        name=f"{net}.add.{'x'.join(map(str, shape))}",
-        op="add",
-        op_class="elementwise",
-        network=net,
-        args=dict(shape=list(shape)),
-        flops=numel,
-        layer=layer,
-    )
+    return _per_element(net, "add", "elementwise", shape, 1, layer)
 
 
 # --------------------------------------------------------------------------------------------
