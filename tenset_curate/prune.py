@@ -81,6 +81,14 @@
   out-of-fold proxy PCA)^b (2 folds, 200 trees; task PCA 0.61-1.00), the rest of hybrid unchanged. Mean PCA over
   seeds 0-2 against hybrid's proportional budget: b = 1 (more to the hard tasks) 0.45: -0.25 points, 0.7: -0.28;
   b = -1 (more to the easy ones) 0.45: -0.37, 0.7: -1.33. Proportional stays.
+  Which records ``importance`` should keep (session 16, roller-mi50, seeds 0-2, mean PCA; random pruning 0.8177 at
+  0.45 and 0.8068 at 0.7): the easiest by out-of-fold rank error 0.7609 / 0.7403; random among all but the hardest
+  tenth of the pool 0.8033 / 0.7951; the product's 3/4 hardest + 1/4 random 0.8083 / 0.7634. Leaving out the
+  hardest tenth costs 1.4 points against random, so those records carry what the rest does not (they are where
+  the feature-to-label map is least smooth), yet a kept set made mostly of them loses the bulk of the space.
+  Mixed into hybrid (``HYBRID_IMPORTANCE_SHARE`` 0 -> 0.1 -> 0.25; PCA / top-1 against full): 0.45 (-0.39, -0.32)
+  -> (-0.21, -1.43) -> (-0.52, -1.59); 0.7 (-1.47, -1.82) -> (-1.55, -1.42) -> (-2.00, -1.28). The PCA bar at 0.45
+  is met at 0.1 only by giving up more than a point of top-1: the share stays 0.
 
 Invariants (checked): deterministic for a seed; every (hardware, task) keeps its best valid record and at least
 ``min_keep`` records (or all it has); the achieved ratio is within 1% of the request whenever the minimums allow;
