@@ -137,7 +137,7 @@ def main(argv=None):
         train_n, test_n = (int(round(float(np.mean(v)))) for v in zip(*sizes))
         for kind, kruns in runs.items():
             row = {"split": label, "model": kind, "train_records": train_n, "test_records": test_n,
-                   "seconds": round(float(np.mean([x["seconds"] for x in kruns])), 1)}
+                   "seconds": 0 if kind == "random" else round(float(np.mean([x["seconds"] for x in kruns])), 1)}
             if kind != "random":
                 row["seeds"] = a.seeds
             if a.split_seeds:
