@@ -423,6 +423,30 @@ def test_attention_directory_from_before_patching_loads_with_identical_predictio
     np.testing.assert_allclose(m.predict(test), expected, rtol=0, atol=1e-6)
 
 
+def test_lambdarank_weight_reaches_the_loss_and_old_directories_keep_0_05(real_splits, monkeypatch):
+    """The attention model trains with RankNet + ``lambdarank_weight`` x LambdaRank (default ``LAMBDARANK_WEIGHT``,
+    0.05; reports/model_splits.md, "The LambdaRank weight"); a directory saved before the option existed was trained
+    with 0.05 and loads with it, whatever the default becomes (it matters when such a model is fine-tuned)."""
+    import tenset_curate.model as M
+
+    train, _, _ = real_splits
+    real = M._LOSSES["ranknet+lambdarank"]
+    seen = []
+
+    def spy(S, Y, M_, **kw):
+        seen.append(kw["weight"])
+        return real(S, Y, M_, **kw)
+
+    monkeypatch.setitem(M._LOSSES, "ranknet+lambdarank", spy)
+    AttentionRanker(epochs=1, num_threads=1, progress=False).fit(train)
+    assert seen and set(seen) == {M.LAMBDARANK_WEIGHT} and M.LAMBDARANK_WEIGHT == 0.05
+    seen.clear()
+    AttentionRanker(epochs=1, num_threads=1, progress=False, lambdarank_weight=0.25).fit(train)
+    assert seen and set(seen) == {0.25}
+    assert "lambdarank_weight" not in json.loads((FORMAT1 / "config.json").read_text())["hparams"]
+    assert load_model(FORMAT1, expected_feature_version="test-feat-v1").hparams["lambdarank_weight"] == 0.05
+
+
 @pytest.mark.parametrize("patch", [1, 4])
 def test_cropped_batches_predict_like_padding_to_full_length(real_splits, patch):
     """Batches are cut to their longest record and (patch > 1) p tokens share a position: a record's
