@@ -390,14 +390,16 @@ def ranknet_loss(S, Y, M, sigma: float = 1.0):
     return loss, n_pairs
 
 
-def ranknet_lambdarank_loss(S, Y, M, sigma: float = 1.0, weight: float = 0.05):
+LAMBDARANK_WEIGHT = 0.05  # the neural rankers' LambdaRank weight in ranknet+lambdarank (see module docstring)
+
+
+def ranknet_lambdarank_loss(S, Y, M, sigma: float = 1.0, weight: float = LAMBDARANK_WEIGHT):
     """RankNet (all pairs: pairwise accuracy) plus ``weight`` x LambdaRank (top of the list)."""
     a, n_pairs = ranknet_loss(S, Y, M, sigma=sigma)
     b, _ = lambdarank_loss(S, Y, M, sigma=sigma)
     return a + weight * b, n_pairs
 
 
-LAMBDARANK_WEIGHT = 0.05  # the attention model's LambdaRank weight in ranknet+lambdarank (see module docstring)
 _LOSSES = {"lambdarank": lambdarank_loss, "ranknet": ranknet_loss, "ranknet+lambdarank": ranknet_lambdarank_loss}
 
 
@@ -718,7 +720,7 @@ class _TorchRanker(Ranker):
         lr_gamma=0.5, warmup_steps=0, grad_clip=1.0, tasks_per_batch=8, records_per_task=64,
         batching="task", loss="lambdarank", sigma=1.0, patience=5, min_delta=1e-4, task_relative=False,
         infer_batch_size=1024, device="cpu", num_threads=None, deterministic=True,
-        finetune_epochs=8, finetune_lr=None, lambdarank_weight=0.05,
+        finetune_epochs=8, finetune_lr=None, lambdarank_weight=LAMBDARANK_WEIGHT,
     )
 
     # subclasses: _build_net(), _net_inputs(arrays, idx, device), _feature_arrays(data),
@@ -995,7 +997,7 @@ class AttentionRanker(_TorchRanker):
         d_model=32, n_heads=2, n_layers=1, ff_mult=2, dropout=0.0, head_hidden=64,
         use_flat=True, input_clip=20.0, lr=5e-3, epochs=30, patch=4, attn_impl="math",
         loss="ranknet+lambdarank", tasks_per_batch=16, records_per_task=32, infer_batch_size=1024,
-        task_relative=True, token_relative=True, workload_args=False, lambdarank_weight=LAMBDARANK_WEIGHT,
+        task_relative=True, token_relative=True, workload_args=False,
     )
     _legacy_hparams = dict(patch=1, attn_impl="sdpa", task_relative=False, token_relative=False, workload_args=True,
                            lambdarank_weight=0.05)
