@@ -23,7 +23,9 @@ Session 16, ``--weights 0.15`` and ``0.25`` with seeds 0-2 on all five splits (r
 LambdaRank weight"): 0.25 holds within_k80's top-1 at 0.971-0.972 in every seed (0.05: 0.962-0.973) and lifts the
 few-shot split's top-1 / top-5 to 0.925 / 0.966 (0.915 / 0.960), but lowers top-1 on unseen tasks (six held-out
 sets 0.912 -> 0.900, three under 0.90), with depthwise held out (0.779 -> 0.761) and zero-shot (0.854 -> 0.840):
-0.05 stays (``model.LAMBDARANK_WEIGHT``). ``--weights`` now trains through the model's ``lambdarank_weight``.
+0.05 stayed the model's default (``model.LAMBDARANK_WEIGHT``); session 17 made ``fit_on_frame`` pick 0.25 for
+splits whose test tasks train (``training.lambdarank_weight_for``, ``benchmarks/lambdarank_by_split.py``).
+``--weights`` trains through the model's ``lambdarank_weight``.
 Session 9, k80_mi50 (reports/model_splits.md "Where zero-shot top-5 is lost"): ``--hp dropout=0.2`` seeds 0/1/2
 top-5 0.919/0.905/0.903 (mean 0.909 against the default's 0.912); dropout 0.1 / 0.3, ``d_model=64``, ``epochs=12``
 (seed 0): 0.917 / 0.910, 0.910, 0.910. ``--worst-tasks 6``: six depthwise and conv2d tasks lose 3.05 of the 8.9

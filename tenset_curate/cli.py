@@ -205,6 +205,10 @@ def train(
     raw_tokens: bool = typer.Option(False, "--raw-tokens",
                                     help="attention: the schedule tokens as they are only (the within-task flat "
                                          "features stay as --task-relative/--raw-features says)"),
+    lambdarank_weight: str = typer.Option(
+        "auto", help="attention: the weight of LambdaRank beside RankNet in the loss; auto: 0.25 when most test "
+                     "records are of tasks the model trains on (within-task, few-shot), else 0.05 (unseen tasks, "
+                     "operators, hardware); give 0.05 for a model that will rank tasks it has not seen"),
     fine_tune: str = typer.Option("auto", help="after training, go on training on these hardware's training "
                                   "records alone (comma-separated names); auto: the test hardware of a few-shot "
                                   "split (it also trains, beside other hardware); none: never"),
@@ -219,6 +223,13 @@ def train(
     hp = {} if task_relative is None else {"task_relative": task_relative}
     if model == "attention" and (task_relative is False or raw_tokens):
         hp["token_relative"] = False
+    if lambdarank_weight != "auto":
+        if model != "attention":
+            raise typer.BadParameter("--lambdarank-weight applies to --model attention only")
+        try:
+            hp["lambdarank_weight"] = float(lambdarank_weight)
+        except ValueError:
+            raise typer.BadParameter(f"--lambdarank-weight must be auto or a number, not {lambdarank_weight!r}")
     try:
         s = train_model(dataset, split, model, out, epochs=epochs, device=device, seed=seed,
                         progress=not json_out, balance_hardware=balance_hardware, fine_tune=fine_tune, **hp)
@@ -228,7 +239,10 @@ def train(
         _print_json(s)
         return
     ft = s.get("fine_tuned")
-    typer.echo(f"model {model} -> {out}: valid {s.get('valid')}" + (
+    lw = "" if "lambdarank_weight" not in s else f"; LambdaRank weight {s['lambdarank_weight']:g}" + (
+        "" if s["test_records_of_trained_tasks"] is None or lambdarank_weight != "auto" else
+        f" ({s['test_records_of_trained_tasks']:.0%} of the test records are of tasks it trains on)")
+    typer.echo(f"model {model} -> {out}: valid {s.get('valid')}{lw}" + (
         f"; fine-tuned on {', '.join(ft['hardware'])} ({ft['records']} records, "
         + ("kept the weights before it" if ft["best_epoch"] is None else f"best at fine-tuning step {ft['best_epoch']}")
         + ")" if ft else ""))

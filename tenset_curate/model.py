@@ -50,7 +50,10 @@ Loss (neural rankers)
     0.972 / 0.971); k80_mi50_fs10 0.839 / 0.915 / 0.960 -> 0.842 / 0.925 / 0.966; but top-1 falls
     wherever the test programs are unlike the training ones: six held-out task sets 0.912 -> 0.900
     (three of six under 0.90), depthwise held out 0.779 -> 0.761, zero-shot MI50 0.854 -> 0.840. The
-    heavier term learns the top of the training tasks' lists; 0.05 stays.
+    heavier term learns the top of the training tasks' lists. So the model's own default stays 0.05,
+    and ``training.fit_on_frame`` (``curate train``) picks the weight from the split: 0.25 when most
+    test records are of tasks that train (``training.lambdarank_weight_for``; checked on six more
+    real splits, reports/model_splits.md "The LambdaRank weight by split").
 
 GBDT
     LightGBM ``lambdarank`` (or ``rank_xendcg``) grouped by task. These objectives need integer

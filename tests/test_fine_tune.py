@@ -101,3 +101,60 @@ def test_mlp_fine_tunes_too_and_cli_reports_it(ds, tmp_path):
     r = CliRunner().invoke(app, ["train", str(ds), "--split", "fs", "--model", "mlp", "--out", str(tmp_path / "o"),
                                  "--epochs", "1", "--fine-tune", "none", "--json"])
     assert r.exit_code == 0 and "fine_tuned" not in json.loads(r.output)
+
+
+def test_auto_lambdarank_weight_follows_whether_the_test_tasks_are_trained_on(ds, few_shot, tmp_path):
+    """``lambdarank_weight="auto"`` (training.lambdarank_weight_for): 0.25 when most test records are of (hardware,
+    task) pairs that train (within-task, few-shot), 0.05 when the test tasks never train (zero-shot hardware, held-out
+    tasks) or there is no test part; a number given is kept; the directory records the weight trained with."""
+    import polars as pl
+
+    import tenset_curate.model as M
+    from tenset_curate.training import SEEN_TASK_LAMBDARANK_WEIGHT, lambdarank_weight_for, seen_task_share
+
+    write_split(ds, "ft_tasks", "task", test_fraction=0.3, seed=0)
+    within, zs, tasks = (labelled_split(ds, n) for n in ("ft_within", "ft_zs", "ft_tasks"))
+    assert seen_task_share(within) == 1.0 and seen_task_share(few_shot) == 1.0
+    assert seen_task_share(zs) == 0.0 and seen_task_share(tasks) == 0.0
+    assert seen_task_share(within.filter(pl.col("part") != "test")) is None
+    # some test tasks no longer train: the share counts the test records of the tasks that still do
+    held = tasks.filter(pl.col("part") == "test")["task_id"].unique()
+    mixed = within.filter(~(pl.col("task_id").is_in(held.implode()) & (pl.col("part") != "test")))
+    test = mixed.filter(pl.col("part") == "test")
+    assert seen_task_share(mixed) == pytest.approx(1 - test["task_id"].is_in(held.implode()).mean())
+    assert 0 < seen_task_share(mixed) < 1
+    assert SEEN_TASK_LAMBDARANK_WEIGHT == 0.25 and M.LAMBDARANK_WEIGHT == 0.05
+    for frame, w in ((within, 0.25), (few_shot, 0.25), (zs, 0.05), (tasks, 0.05),
+                     (within.filter(pl.col("part") != "test"), 0.05)):
+        assert lambdarank_weight_for(frame) == w
+    small = dict(epochs=1, num_threads=1, fine_tune=None)
+    m, _ = fit_on_frame(within, "attention", **small)
+    assert m.hparams["lambdarank_weight"] == 0.25
+    m.save(tmp_path / "m")
+    assert json.loads((tmp_path / "m" / "config.json").read_text())["hparams"]["lambdarank_weight"] == 0.25
+    assert fit_on_frame(zs, "attention", **small)[0].hparams["lambdarank_weight"] == 0.05
+    assert fit_on_frame(within, "attention", lambdarank_weight=0.05, **small)[0].hparams["lambdarank_weight"] == 0.05
+    assert "lambdarank_weight" not in fit_on_frame(within, "gbdt", n_estimators=5, num_threads=1,
+                                                   fine_tune=None)[0].hparams
+
+
+def test_cli_prints_the_lambdarank_weight_and_takes_one(ds, tmp_path):
+    from typer.testing import CliRunner
+
+    from tenset_curate.cli import app
+
+    base = ["train", str(ds), "--model", "attention", "--epochs", "1", "--fine-tune", "none"]
+    r = CliRunner().invoke(app, base + ["--split", "ft_zs", "--out", str(tmp_path / "a")])
+    assert r.exit_code == 0, r.output
+    assert "LambdaRank weight 0.05 (0% of the test records are of tasks it trains on)" in r.output
+    r = CliRunner().invoke(app, base + ["--split", "ft_zs", "--out", str(tmp_path / "b"), "--lambdarank-weight", "0.4",
+                                        "--json"])
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.output)
+    assert s["lambdarank_weight"] == 0.4 and s["test_records_of_trained_tasks"] == 0.0
+    assert json.loads((tmp_path / "b" / "config.json").read_text())["hparams"]["lambdarank_weight"] == 0.4
+    r = CliRunner().invoke(app, base + ["--split", "ft_zs", "--out", str(tmp_path / "c"), "--lambdarank-weight", "x"])
+    assert r.exit_code == 2 and "auto or a number" in r.output
+    r = CliRunner().invoke(app, ["train", str(ds), "--model", "gbdt", "--split", "ft_zs", "--out", str(tmp_path / "d"),
+                                 "--lambdarank-weight", "0.1"])
+    assert r.exit_code == 2 and "attention only" in r.output

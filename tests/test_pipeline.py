@@ -163,6 +163,9 @@ def test_verify_pipeline_dry_run_and_step_inputs(tmp_path):
     assert not (tmp_path / "runs" / "verify" / "collect").exists()
     cfg = load_pipeline(REPO / "pipelines" / "verify.toml", ["verify.trials=8", "collect.workloads=['x']"])
     assert cfg["verify"]["trials"] == 8 and cfg["collect"]["workloads"] == ["x"]
+    # its models rank workloads they never saw: attention trains with the unseen-task LambdaRank weight, not the
+    # 0.25 that training.lambdarank_weight_for would read from the within-task split it trains on
+    assert cfg["train"]["split"] == "within_task" and cfg["train"]["attention"] == {"lambdarank_weight": 0.05}
     assert _resolve_inputs(["@collect"], tmp_path, tmp_path / "w") == [tmp_path / "w" / "collect"]
     with pytest.raises(ValueError, match="names a step"):
         _resolve_inputs(["@nope"], tmp_path, tmp_path / "w")
