@@ -96,6 +96,14 @@
   -0.35), 0.7 (-1.78, -0.74) -> (-1.85, -0.33); bennu-a100-resnet34 (MetaSchedule) 0.45 (-0.22, -0.17) -> (-0.17,
   -0.05), 0.7 (-1.45, +0.24) -> (-1.17, +0.08). Better on two sets, worse on one, no bar met that was not: nearest
   stays (its selection is also the one the reports and tests pin).
+  k-means over the schedule itself (session 17): the flat features are per-program means and maxima of the tile
+  lengths, so two schedules that put the same tiles on different loops look alike; appending each token position's
+  numeric parameters (extent, five tile lengths, unroll, list items; 64 positions, the block scaled to a given
+  share of the flat block's variance, the label's weight raised to keep its share) to the k-means coordinates
+  (throwaway script patching ``featurize`` and ``_cluster_select`` inside ``prune`` only). roller-mi50, (PCA,
+  top-1) against full, default (-0.39, -0.32) at 0.45 and (-1.47, -1.82) at 0.7 in the same session: token block
+  equal to the flat block (-0.46, -0.25) and (-1.69, -1.61); a quarter of it (-0.35, -1.17) and (-1.50, -0.51).
+  Finer coverage of the schedule space teaches the proxy no more than the coarse one: dropped.
 
 Invariants (checked): deterministic for a seed; every (hardware, task) keeps its best valid record and at least
 ``min_keep`` records (or all it has); the achieved ratio is within 1% of the request whenever the minimums allow;
