@@ -101,7 +101,7 @@ def pca_report(dataset: Path, out: Path, epochs: int = 24, ratio: float = 0.45, 
         from .prune import load_records
 
         kept = set(load_records(pruned, ["record_id"])["record_id"].to_list())
-        rows = []
+        rows, lambdarank = [], {}
         for name, scheme, kw in _splits(ds):
             try:
                 write_split(ds, name, scheme, seed=seed, **kw)
@@ -122,6 +122,8 @@ def pca_report(dataset: Path, out: Path, epochs: int = 24, ratio: float = 0.45, 
                                         data_manifest_hash=data_hash(ds, name), **HP[kind])
                     r = evaluate_predictions(d_test["task_ids"], d_test["labels"], m.predict(d_test))
                     rows.append((name, kind, data, r["pca"], r["top1"], r["top5"]))
+                    if kind == "attention":
+                        lambdarank[name] = m.hparams["lambdarank_weight"]
     finally:
         shutil.rmtree(work, ignore_errors=True)
     cmd = command or f"curate report pca --dataset {dataset} --out {out} --epochs {epochs}"
@@ -136,6 +138,10 @@ def pca_report(dataset: Path, out: Path, epochs: int = 24, ratio: float = 0.45, 
             lines.append(f"| {name} | - | - | skipped: {data} | | |")
         else:
             lines.append(f"| {name} | {kind} | {data or '-'} | {pca:.3f} | {t1:.3f} | {t5:.3f} |")
+    if lambdarank:
+        lines += ["", "The attention model's LambdaRank weight follows the split (`training.lambdarank_weight_for`: 0.25 "
+                  "when most test records are of tasks that train, else 0.05): "
+                  + ", ".join(f"{n} {w:g}" for n, w in lambdarank.items()) + "."]
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out, "\n".join(lines) + "\n")
     return out
