@@ -2,7 +2,7 @@
 
     python benchmarks/attention_variants.py SPLIT VARIANT [--model attention|gbdt] [--seed S]
     # SPLIT: k80_mi50 | no_depthwise | k80_mi50_fs10 | k80_tasks (| within_k80)
-    # VARIANT: default | relonly | hw | tokrelonly | relall | taskvalid | loops | loopsrel
+    # VARIANT: default | relonly | hw | tokrelonly | relall | taskvalid | loops | loopsrel | threads
 
 Needs the converted datasets and splits that ``python benchmarks/model_splits.py`` leaves under
 /tmp/tc-bench-model-splits. 24 epochs, one thread; prints PCA / top-1 / top-5 on the test part as one JSON line.
@@ -56,6 +56,11 @@ Needs the converted datasets and splits that ``python benchmarks/model_splits.py
   half of the training records 0.629/0.732/0.838. Every form costs operator transfer 4-10 PCA and 6-14 top-1
   points (the bar there is top-1 >= 0.753): what the training operators' fast programs do with threads and
   blocks does not carry over to depthwise convolutions. Not adopted.
+- ``threads`` (session 18): one more token column, the extent of the loop each thread or vthread binding binds
+  (``loops.loop_tokens``' ``ann_extent`` at those tokens), raw and centred within the task. K80 -> MI50 zero-shot
+  top-5 0.911 -> 0.920 over seeds 0-4 (higher in every seed), but MI50 -> K80 top-5 0.935 -> 0.930 (lower in every
+  seed), unseen-task top-1 0.912 -> 0.900 over six held-out sets, no_depthwise seed 0 0.668 / 0.793 / 0.852 ->
+  0.628 / 0.718 / 0.862. Not adopted (reports/model_splits.md, "What limits transfer").
 """
 from __future__ import annotations
 
@@ -68,8 +73,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from tenset_curate.features import TaskCentredTokens, task_centred_tokens
-from tenset_curate.loops import loop_tokens
+from tenset_curate.features import ANNOTATIONS, PRIMS, TaskCentredTokens, task_centred_tokens
+from tenset_curate.loops import STEP_OUTPUTS, loop_tokens
 from tenset_curate.metrics import evaluate_predictions
 from tenset_curate.training import _part, arrays, balanced_rows, labelled_split, make_model
 
@@ -89,7 +94,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("split", choices=list(SPLITS))
     ap.add_argument("variant", choices=["default", "relonly", "hw", "tokrelonly", "relall", "taskvalid", "loops",
-                                        "loopsrel"])
+                                        "loopsrel", "threads"])
     ap.add_argument("--model", choices=["attention", "gbdt"], default="attention")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--work", default="/tmp/tc-bench-model-splits")
@@ -126,6 +131,12 @@ def main(argv=None) -> None:
             d = dict(d, tokens=toks, tok_rel=rel)
         else:
             d = dict(d, tokens=toks, tok_rel=TaskCentredTokens.of(toks, d["mask"], d["task_ids"]))
+    elif a.variant == "threads":  # one more token column: the extent a thread or vthread binding binds
+        tok = d["tokens"]
+        binds = sum(tok[:, :, len(PRIMS) + ANNOTATIONS.index(k)] for k in ("thread_bind", "vthread")) > 0
+        ext = loop_tokens(df["steps"], tok.shape[1])[:, :, STEP_OUTPUTS.index("ann_extent")]
+        toks = np.concatenate([tok, np.where(binds, ext, 0).astype(np.float32)[:, :, None]], axis=2)
+        d = dict(d, tokens=toks, tok_rel=TaskCentredTokens.of(toks, d["mask"], d["task_ids"]))
     m = make_model(a.model, a.seed, 24, "cpu", False, **hp)
     rows = balanced_rows(np.flatnonzero(part == "train"), d["groups"]["hardware"])
     t0 = time.time()
