@@ -45,7 +45,8 @@ def _score(df: pl.DataFrame, kind: str, seed: int, epochs: int) -> dict:
     m, _ = fit_on_frame(df, kind, seed=seed, epochs=epochs, **({"num_threads": 1} if kind == "attention" else {}))
     r = evaluate_predictions(test["task_ids"], test["labels"], m.predict(test))
     return {"train": int((part == "train").sum()), "test": int((part == "test").sum()),
-            **{k: round(float(r[k]), 4) for k in ("pca", "top1", "top5")}, "seconds": round(time.perf_counter() - t0, 1)}
+            **{k: round(float(r[k]), 4) for k in ("pca", "top1", "top5")},
+            "seconds": round(time.perf_counter() - t0, 1)}
 
 
 def tasks_curve(ds: dict, a) -> None:

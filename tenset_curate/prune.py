@@ -109,8 +109,8 @@
   0 / 1 / 2, hybrid (random): conv2d -1.25 (-1.03) / -0.51 (-1.10) / -0.65 (-1.13), depthwise -0.56 (-0.59) /
   -0.43 (-0.71) / -0.45 (-0.68), dense -0.07 to -0.21, pooling, elementwise and reduction under 0.07 together;
   roller-k80 seed 0: conv2d -0.44 (-0.89), depthwise -0.41 (-0.61). 81 of MI50's 112 tasks have 600-1,200
-  records in the pool and carry 96% of the loss (seed 0), so no budget moved between task sizes can recover it; the loss
-  is spread over the convolution tasks, and on MI50 seed 0 hybrid lost more than random on them.
+  records in the pool and carry 96% of the loss (seed 0), so no budget moved between task sizes can recover it;
+  the loss is spread over the convolution tasks, and on MI50 seed 0 hybrid lost more than random on them.
 
 Invariants (checked): deterministic for a seed; every (hardware, task) keeps its best valid record and at least
 ``min_keep`` records (or all it has); the achieved ratio is within 1% of the request whenever the minimums allow;
