@@ -39,10 +39,10 @@ from tenset_curate.training import (_part, arrays, balanced_rows, fit_on_frame, 
 
 
 def _score(df: pl.DataFrame, kind: str, seed: int, epochs: int) -> dict:
-    d, part = arrays(df), df["part"].to_numpy()
-    test = _part(d, part == "test")
+    part = df["part"].to_numpy()
     t0 = time.perf_counter()
-    m, _ = fit_on_frame(df, kind, seed=seed, epochs=epochs, **({"num_threads": 1} if kind == "attention" else {}))
+    m, d = fit_on_frame(df, kind, seed=seed, epochs=epochs, **({"num_threads": 1} if kind == "attention" else {}))
+    test = _part(d, part == "test")  # the arrays fit_on_frame featurised: the frame is not featurised twice
     r = evaluate_predictions(test["task_ids"], test["labels"], m.predict(test))
     return {"train": int((part == "train").sum()), "test": int((part == "test").sum()),
             **{k: round(float(r[k]), 4) for k in ("pca", "top1", "top5")},
