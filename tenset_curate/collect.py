@@ -48,6 +48,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
+from .netinfo import COLLECTOR_WORKLOADS_FILE
 from .workloads import Workload, get_workloads
 
 __all__ = [
@@ -67,7 +68,7 @@ log = logging.getLogger("tenset_curate.collect")
 DB_WORKLOAD = "database_workload.json"
 DB_RECORD = "database_tuning_record.json"
 HARDWARE_JSON = "hardware.json"
-WORKLOADS_JSON = "workloads.json"
+WORKLOADS_JSON = COLLECTOR_WORKLOADS_FILE  # convert reads each workload's network from it (netinfo)
 COLLECTION_JSON = "collection.json"
 
 # MetaSchedule's placeholder for a failed measurement, and the threshold we read it with.

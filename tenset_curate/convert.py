@@ -75,7 +75,7 @@ class Unit:
 
     kind: str  # ansor | metaschedule | netinfo
     label: str  # stable name used in source_file and in the manifest
-    paths: list  # [Path]; metaschedule: [workload file, record file]
+    paths: list  # [Path]; metaschedule: [workload file, record file(, the collector's workloads.json)]
     root: Path | None  # the folder given on the command line, if any
 
     def fingerprint(self) -> list[dict]:
@@ -139,7 +139,13 @@ def _add_ms_dir(units: dict, d: Path, label: str, root: Path | None) -> None:
         return
     if wl is None:
         raise InputError(f"{rec}: MetaSchedule tuning records without a database_workload.json beside them")
-    units.setdefault(label, Unit("metaschedule", label, [wl, rec], root if root is not None and root.is_dir() else None))
+    from .netinfo import COLLECTOR_WORKLOADS_FILE  # here, not at import: convert's start-up stays as it was
+
+    paths = [wl, rec]
+    side = d / COLLECTOR_WORKLOADS_FILE  # `curate collect`'s: which network each workload comes from
+    if side.is_file():
+        paths.append(side)
+    units.setdefault(label, Unit("metaschedule", label, paths, root if root is not None and root.is_dir() else None))
 
 
 def _safe_part(name: str) -> str:
@@ -286,7 +292,7 @@ def _read_unit_into(unit: Unit, gkey: str, out: Path, hardware: str | None, writ
                     workloads: list, networks: list) -> dict:
     """Stream one input's rows into the group's writers; returns its manifest counts. Raises ``_UnitFailed``."""
     try:
-        hw = hardware_context(unit.paths[-1], hardware, unit.root)
+        hw = hardware_context(unit.paths[1] if unit.kind == "metaschedule" else unit.paths[0], hardware, unit.root)
         if unit.kind == "netinfo":
             from .netinfo import networks_table
 
@@ -303,7 +309,10 @@ def _read_unit_into(unit: Unit, gkey: str, out: Path, hardware: str | None, writ
             batches = read_metaschedule(unit.paths[0], unit.paths[1], sink.source_file, hw, sink, wl_label)
         else:
             batches = read_ansor(unit.paths[0], unit.label, hw, sink)
+        task_targets: set = set()  # (workload_key, target, target_kind) of the records: the collector's network rows
         for b in batches:
+            if len(unit.paths) > 2:
+                task_targets.update(zip(*(b.column(c).to_pylist() for c in ("workload_key", "target", "target_kind"))))
             hw_col = b.column("hardware")
             names = hw_col.unique().to_pylist()
             for name in names:
@@ -321,10 +330,32 @@ def _read_unit_into(unit: Unit, gkey: str, out: Path, hardware: str | None, writ
             ws.check()
             extra["workload_file"] = ws.to_dict()
             workloads.append(sink.workloads)
+            if len(unit.paths) > 2:
+                tbl, extra["network_file"] = _collector_networks(unit, task_targets, quarantine)
+                if tbl is not None:
+                    networks.append(tbl)
     except _READ_ERRORS as e:
         raise _UnitFailed(unit.label, f"{type(e).__name__}: {e}") from None
     quarantine.extend(sink.quarantine)
     return {"kind": unit.kind, "stats": sink.stats.to_dict(), **extra}
+
+
+def _collector_networks(unit: Unit, task_targets: set, quarantine: list) -> tuple[pa.Table | None, dict]:
+    """The network rows of a collector's workloads.json beside a MetaSchedule database (``collector_network_rows``),
+    one per workload and target its records were measured on; entries it cannot use go to the quarantine."""
+    from .netinfo import NETWORKS_SCHEMA, collector_network_rows
+
+    src = f"{unit.label}/{unit.paths[2].name}"
+    rows, bad, entries = collector_network_rows(unit.paths[2], src)
+    quarantine.extend(bad)
+    targets: dict[str, list] = {}
+    for key, target, kind in sorted(task_targets, key=lambda t: tuple(x or "" for x in t)):
+        if target and kind:
+            targets.setdefault(key, []).append((target, kind))
+    unit_targets = sorted({t for ts in targets.values() for t in ts})
+    out = [dict(r, target=t, target_kind=k) for r in rows for t, k in targets.get(r["workload_key"], unit_targets)]
+    stats = {"entries": entries, "rows": len(out), "workloads": len(rows), "quarantined": len(bad)}
+    return (pa.Table.from_pylist(out, schema=NETWORKS_SCHEMA) if out else None), stats
 
 
 def pa_equal(arr, value):
@@ -451,8 +482,8 @@ def convert(inputs: list, out: Path, hardware: str | None = None, workers: int =
                             manifest["inputs"][label] = {"files": fp, "key": res["keys"][label], "group": res["gkey"],
                                                          "format": r["kind"],
                                                          **r["stats"], "outputs": res["outputs"],
-                                                         **({"workload_file": r["workload_file"]}
-                                                            if "workload_file" in r else {})}
+                                                         **{k: r[k] for k in ("workload_file", "network_file")
+                                                            if k in r}}
                             done += 1
                         bar.update(1)
                     if time.monotonic() - last_save > 2.0:
@@ -590,6 +621,7 @@ def summarize(manifest: dict) -> dict:
     tot = {"lines": 0, "rows": 0, "quarantined": 0, "comments": 0, "failed": 0}
     per_hw: dict[str, int] = {}
     rules: dict[str, int] = {}
+    side_rows = 0  # workload entries of collectors' workloads.json files that became network rows
     for e in manifest["inputs"].values():
         for k in tot:
             tot[k] += e.get(k, 0)
@@ -599,11 +631,20 @@ def summarize(manifest: dict) -> dict:
             tot["quarantined"] += wf["quarantined"]
             tot["comments"] += wf["comments"]
             tot["workload_rows"] = tot.get("workload_rows", 0) + wf["rows"]
+        nf = e.get("network_file")
+        if nf:  # a collector's workloads.json: its entries count as lines, each a network row or quarantined
+            tot["lines"] += nf["entries"]
+            tot["quarantined"] += nf["quarantined"]
+            tot["network_rows"] = tot.get("network_rows", 0) + nf["rows"]
+            side_rows += nf["workloads"]
         for h, n in e.get("hardware", {}).items():
             per_hw[h] = per_hw.get(h, 0) + n
         for r, n in e.get("hardware_rules", {}).items():
             rules[r] = rules.get(r, 0) + n
         tot["network_rows"] = tot.get("network_rows", 0) + e.get("network_rows", 0)
-    tot["balanced"] = tot["rows"] + tot["quarantined"] + tot["comments"] + tot.get("workload_rows", 0) == tot["lines"]
+    if side_rows:
+        tot["network_file_rows"] = side_rows
+    tot["balanced"] = (tot["rows"] + tot["quarantined"] + tot["comments"] + tot.get("workload_rows", 0) + side_rows
+                       == tot["lines"])
     return {"totals": tot, "rows_per_hardware": dict(sorted(per_hw.items())),
             "hardware_rules": dict(sorted(rules.items())), "inputs": len(manifest["inputs"])}

@@ -1,4 +1,6 @@
-"""Read TenSet ``network_info`` pickles without running any code from them.
+"""Which network each task belongs to: TenSet ``network_info`` pickles, read without running any code from them, and
+the ``workloads.json`` that ``curate collect`` writes next to its MetaSchedule database
+(:func:`collector_network_rows`).
 
 TenSet's ``dataset/network_info/{network_task_key}.task.pkl`` files are pickles of
 ``(tasks, task_weights)`` written by ``auto_scheduler.extract_tasks`` (``tasks`` are TVM
@@ -64,6 +66,7 @@ __all__ = [
     "NetInfoError",
     "PickleTooLargeError",
     "RestrictedUnpickler",
+    "collector_network_rows",
     "networks_table",
     "parse_network_filename",
     "read_network_info",
@@ -693,3 +696,63 @@ def networks_table(
     for p in _expand(paths):
         rows.extend(read_network_info(p, max_bytes=max_bytes))
     return pa.Table.from_pylist(rows, schema=NETWORKS_SCHEMA)
+
+
+# --------------------------------------------------------------------------- the collector's workloads.json
+
+COLLECTOR_WORKLOADS_FILE = "workloads.json"
+
+
+def collector_network_rows(path: str | os.PathLike, source_file: str,
+                           max_bytes: int = 64 << 20) -> tuple[list[dict[str, Any]], list[tuple], int]:
+    """Network membership from the ``workloads.json`` that ``curate collect`` writes next to its MetaSchedule database
+    (``{"version": 1, "workloads": [{"name", "network", "structural_hash", ...}, ...]}``; collect.py).
+
+    The collector tunes real layers of named networks (workloads.py), so it knows which network each task comes from,
+    as TenSet's network_info does for Ansor tasks; this is what lets the network-wise split run on MetaSchedule data
+    the project collected. The key is the workload's ``structural_hash``, which is how MetaSchedule's
+    ``database_workload.json`` names the task and so the records' ``workload_key``.
+
+    Returns ``(rows, quarantine, entries)``: one row per workload entry (NETWORKS_SCHEMA's columns but the target,
+    which the caller takes from the database's records; ``task_weight`` is null: the collector tunes each layer
+    shape once and does not count its repeats), the ``(source_file, line, reason, raw)`` of each entry it cannot
+    use, and the number of entries read (a document that is not valid JSON, or not this shape, counts as one
+    quarantined entry, with the line of the JSON error)."""
+    p = Path(path)
+    try:
+        with open(p, "rb") as fh:
+            data = fh.read(max_bytes + 1)
+    except OSError as e:
+        return [], [(source_file, None, f"unreadable: {type(e).__name__}: {e}", "")], 1
+    if len(data) > max_bytes:
+        return [], [(source_file, None, f"larger than {max_bytes} bytes: not a collector's workloads.json", "")], 1
+    try:
+        doc = json.loads(data)
+    except (ValueError, RecursionError) as e:
+        line = getattr(e, "lineno", None)
+        msg = getattr(e, "msg", None) or _short(e)
+        return [], [(source_file, line, f"not valid JSON: {msg}", "")], 1
+    if not (isinstance(doc, dict) and isinstance(doc.get("workloads"), list)):
+        return [], [(source_file, None, 'not a collector\'s workloads.json: expected {"version": 1, "workloads": [...]}',
+                     "")], 1
+    if doc.get("version") != 1:
+        return [], [(source_file, None, f"unsupported workloads.json version {doc.get('version')!r} (reads 1)", "")], 1
+    rows: list[dict[str, Any]] = []
+    bad: list[tuple] = []
+    for i, w in enumerate(doc["workloads"]):
+        raw = json.dumps(w, sort_keys=True)[:2000] if not isinstance(w, (str, bytes)) else str(w)[:2000]
+        if not isinstance(w, dict):
+            bad.append((source_file, None, f"workloads[{i}] is not an object", raw))
+            continue
+        key, net = w.get("structural_hash"), w.get("network")
+        if not isinstance(key, str) or not key:
+            bad.append((source_file, None, f"workloads[{i}] has no structural_hash", raw))
+            continue
+        if not isinstance(net, str) or not net:
+            bad.append((source_file, None, f"workloads[{i}] has no network", raw))
+            continue
+        name = w.get("name")
+        rows.append({"network": net, "input_shape": None, "batch_size": None, "workload_key": key,
+                     "task_weight": None, "task_index": i, "task_desc": name if isinstance(name, str) else None,
+                     "source_file": source_file})
+    return rows, bad, len(doc["workloads"])

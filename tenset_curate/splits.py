@@ -7,7 +7,9 @@ depend on row order or on how the data was sharded):
   (``--test-fraction``); ``valid`` takes ``--valid-fraction`` of the training part.
 - ``network``: hold out named networks (TenSet's five test networks by default when a ``networks`` table exists):
   every task of a held-out network is test; tasks a held-out network shares with training networks are removed
-  from training (never in both), and the report says how many.
+  from training (never in both), and the report says how many. The networks table comes from TenSet's
+  network_info pickles or, for a MetaSchedule database made by ``curate collect``, from the ``workloads.json``
+  beside it (``netinfo.collector_network_rows``).
 - ``operator``: hold out operator classes (``--holdout depthwise``).
 - ``task``: hold out a seeded random share ``--test-fraction`` of the tasks (workload keys), every record of a
   held-out task on every hardware. The network split's question (programs of operators and shapes the model never
@@ -79,7 +81,8 @@ def make_split(records: pl.DataFrame, scheme: str, seed: int = 0, test_fraction:
         info["holdout"] = holdout
     elif scheme == "network":
         if networks is None or networks.height == 0:
-            raise ValueError("network split needs network_info (convert TenSet's network_info/*.task.pkl)")
+            raise ValueError("network split needs a networks table: convert TenSet's network_info/*.task.pkl, or "
+                             "a MetaSchedule database with the workloads.json `curate collect` writes beside it")
         nets = holdout or [n for n in TENSET_TEST_NETWORKS if n in set(networks["network"].drop_nulls())]
         if not nets:
             raise ValueError("none of the held-out networks is in the networks table")
