@@ -61,7 +61,7 @@ def convert(
                    f"{s['inputs_unchanged']} unchanged, {s['inputs_failed']} failed) in {s['seconds']} s")
         typer.echo(f"lines {t['lines']} = rows {t['rows']} + quarantined {t['quarantined']} + comments "
                    f"{t['comments']}" + (f" + workload rows {t['workload_rows']}" if t.get("workload_rows") else "")
-                   + (f" + network rows {t['network_file_rows']}" if t.get("network_file_rows") else "")
+                   + (f" + workloads.json entries {t['network_entries']}" if t.get("network_entries") else "")
                    + f"  [{'balanced' if t['balanced'] else 'UNBALANCED'}]; failed measurements {t['failed']}")
         for hw, n in s["rows_per_hardware"].items():
             typer.echo(f"  {hw}: {n} rows")

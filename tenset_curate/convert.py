@@ -643,7 +643,7 @@ def summarize(manifest: dict) -> dict:
             rules[r] = rules.get(r, 0) + n
         tot["network_rows"] = tot.get("network_rows", 0) + e.get("network_rows", 0)
     if side_rows:
-        tot["network_file_rows"] = side_rows
+        tot["network_entries"] = side_rows
     tot["balanced"] = (tot["rows"] + tot["quarantined"] + tot["comments"] + tot.get("workload_rows", 0) + side_rows
                        == tot["lines"])
     return {"totals": tot, "rows_per_hardware": dict(sorted(per_hw.items())),

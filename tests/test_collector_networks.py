@@ -33,7 +33,7 @@ def test_sample_converts_with_the_network_of_every_workload(tmp_path):
     s = convert([SAMPLE], ds)
     t = s["totals"]
     assert t["balanced"] and t["quarantined"] == 0
-    assert t["network_rows"] == t["network_file_rows"] == 14
+    assert t["network_rows"] == t["network_entries"] == 14
     want = {(w["network"], w["structural_hash"]) for w in json.loads((SAMPLE / "workloads.json").read_text())["workloads"]}
     nets = pl.read_parquet(str(ds / "networks/*.parquet"))
     assert set(zip(nets["network"], nets["workload_key"])) == want
