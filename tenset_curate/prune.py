@@ -123,7 +123,9 @@ tasks in (hardware, task_id) order from those counts (``global_allocation``: pro
 selects each unit's records and writes one shard per unit. Every task draws from its own random stream
 (``task_rng``: seed and task key), so the result does not depend on the units, the executor or the worker count, and
 ``select`` (the same three steps on one in-memory frame, used by the evaluation) keeps the same records. Memory is
-that of one unit per worker. The one exception: ``importance`` trains its proxy per unit.
+that of one unit per worker. The one exception: ``importance`` trains its proxy per unit. The dataset's per-task
+tables (``SIDE_TABLES``: MetaSchedule workloads, network membership) are copied whole into the pruned dataset, so
+it answers the same splits as its source, network-wise included.
 """
 from __future__ import annotations
 
@@ -149,6 +151,7 @@ CLUSTER_LABEL_WEIGHT = 3.0  # the label's weight among the standardised k-means 
 CLUSTER_BLOCK = 1000  # a task's pool is clustered in random blocks of at most this many records (linear cost)
 UNIT_RECORDS = 20_000  # records per processing unit (whole tasks): bounds prune's memory whatever the input size
 FEATURE_SLICE = 16_384  # rows featurized at once inside a unit
+SIDE_TABLES = ("workloads", "networks")  # per-task tables of a dataset, copied whole into a pruned dataset
 
 
 def load_records(dataset: Path, columns: list[str] | None = None) -> pl.DataFrame:
@@ -768,6 +771,13 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
                         for k in ("hist_before", "hist_after")}
                 atomic_write_text(stage / "prune_report.md", prune_report(tasks, hist, summary))
                 files.append("prune_report.md")
+            # the tables that describe tasks rather than records (MetaSchedule workloads, network membership) carry
+            # over whole: a pruned dataset answers the same splits (network-wise included) as its source
+            for sub in SIDE_TABLES:
+                for f in sorted((dataset / sub).glob("*.parquet")):
+                    (stage / sub).mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(f, stage / sub / f.name)
+                    files.append(f"{sub}/{f.name}")
             atomic_write_json(stage / "manifest.json", {"pruned_from": str(dataset), "prune": {
                 k: summary[k] for k in ("method", "ratio_requested", "ratio_achieved", "seed", "min_keep")},
                 "inputs": {}})
@@ -789,8 +799,9 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
             for rel in files:  # commit
                 (out / rel).parent.mkdir(parents=True, exist_ok=True)
                 os.replace(stage / rel, out / rel)
-            for p in (out / "records").glob("*/*.parquet"):
-                if p.relative_to(out).as_posix() not in outputs:
+            for p in [*(out / "records").glob("*/*.parquet"), *(q for sub in SIDE_TABLES
+                                                               for q in (out / sub).glob("*.parquet"))]:
+                if p.relative_to(out).as_posix() not in files:
                     p.unlink()
         except OSError as e:
             raise _explain(e, out) from e

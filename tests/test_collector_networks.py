@@ -123,3 +123,26 @@ def test_editing_workloads_json_reconverts_and_an_unchanged_rerun_does_nothing(t
     nets = pl.read_parquet(str(ds / "networks/*.parquet"))
     assert set(nets["network"]) == {"resnet18", "mobilenet_v2", "bert_large"}
     assert _records(ds).height == 2070
+
+
+def test_a_pruned_dataset_keeps_the_networks_and_answers_a_network_split(tmp_path):
+    from tenset_curate.prune import prune
+
+    ds, pruned = tmp_path / "ds", tmp_path / "pruned"
+    convert([SAMPLE], ds)
+    s = prune(ds, pruned, 0.45, "hybrid", seed=0, report=False)
+    assert 0.44 <= s["ratio_achieved"] <= 0.46
+    for sub in ("networks", "workloads"):
+        src = pl.read_parquet(str(ds / sub / "*.parquet"))
+        assert pl.read_parquet(str(pruned / sub / "*.parquet")).equals(src), sub
+    recs, nets = load_dataset_tables(pruned)
+    assert recs.height == s["records_after"] < 2070
+    table, info = make_split(recs, "network", holdout=["bert_base"], networks=nets)
+    bert = set(nets.filter(pl.col("network") == "bert_base")["workload_key"])
+    test_keys = set(table.filter(pl.col("part") == "test").join(recs, on="record_id")["workload_key"])
+    assert test_keys == bert and info["test_tasks"] == 3
+    # the SQL catalog of the pruned dataset has the networks view too
+    from tenset_curate.catalog import connect
+
+    con = connect(pruned)
+    assert con.execute("SELECT count(DISTINCT network) FROM networks").fetchone()[0] == 3

@@ -295,7 +295,8 @@ def test_run_sigkill_resume_is_byte_identical(project, tmp_path):
     ref_raw = {rel: (project / rel).read_bytes() for rel in MERGED}
     ref_queries = query_results(project)
     assert ref_queries["convert:0"].splitlines()[1].startswith("2070,14,"), ref_queries["convert:0"]
-    assert len([k for k in ref if k.endswith(".parquet")]) == 4 and f"{WORKDIR}/train/gbdt-pruned/model.txt" in ref
+    # records, workloads and networks (the collector's workloads.json) of the dataset and of its pruned copy, the split
+    assert len([k for k in ref if k.endswith(".parquet")]) == 7 and f"{WORKDIR}/train/gbdt-pruned/model.txt" in ref
     assert not temp_files(project)
     clean(project)
 
