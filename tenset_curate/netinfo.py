@@ -740,7 +740,7 @@ def collector_network_rows(path: str | os.PathLike, source_file: str,
     rows: list[dict[str, Any]] = []
     bad: list[tuple] = []
     for i, w in enumerate(doc["workloads"]):
-        raw = json.dumps(w, sort_keys=True)[:2000] if not isinstance(w, (str, bytes)) else str(w)[:2000]
+        raw = json.dumps(w, sort_keys=True)[:2000]  # parsed from JSON, so it serialises back
         if not isinstance(w, dict):
             bad.append((source_file, None, f"workloads[{i}] is not an object", raw))
             continue
