@@ -146,3 +146,85 @@ def test_a_pruned_dataset_keeps_the_networks_and_answers_a_network_split(tmp_pat
 
     con = connect(pruned)
     assert con.execute("SELECT count(DISTINCT network) FROM networks").fetchone()[0] == 3
+
+
+# --- fuzzing: mutated copies of the sample's real workloads.json ---------------------------------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+REAL_DOC = (SAMPLE / "workloads.json").read_bytes()
+ODD_VALUES = [None, 0, -1, 2 ** 64, 1e400, "", [], {}, True, "x" * 5000, [[[[]]]], {"network": "n"}]
+
+
+@st.composite
+def mutated_workloads_json(draw) -> bytes:
+    kind = draw(st.sampled_from(["truncate", "flip", "field", "entry", "top", "bytes", "nest"]))
+    if kind == "truncate":
+        return REAL_DOC[: draw(st.integers(0, len(REAL_DOC)))]
+    if kind == "flip":
+        b = bytearray(REAL_DOC)
+        for _ in range(draw(st.integers(1, 8))):
+            b[draw(st.integers(0, len(b) - 1))] = draw(st.integers(0, 255))
+        return bytes(b)
+    if kind == "bytes":
+        return draw(st.binary(max_size=300))
+    if kind == "nest":
+        depth = draw(st.integers(10, 100_000))
+        return b'{"version": 1, "workloads": ' + b"[" * depth + b"]" * depth + b"}"
+    doc = json.loads(REAL_DOC)
+    if kind == "top":
+        doc = draw(st.sampled_from([doc["workloads"], {"version": 2, "workloads": doc["workloads"]},
+                                    {"workloads": doc["workloads"]}, {"version": 1, "workloads": {}}, 1, "s", None]))
+    else:
+        for _ in range(draw(st.integers(1, 5))):
+            i = draw(st.integers(0, len(doc["workloads"]) - 1))
+            if kind == "entry":
+                doc["workloads"][i] = draw(st.sampled_from(ODD_VALUES))
+            elif isinstance(doc["workloads"][i], dict):
+                field = draw(st.sampled_from(["network", "structural_hash", "name"]))
+                doc["workloads"][i][field] = draw(st.sampled_from(ODD_VALUES))
+    return json.dumps(doc, indent=draw(st.sampled_from([None, 2]))).encode()
+
+
+def _check_rows(rows, bad, entries, text: bytes):
+    from tenset_curate.netinfo import NETWORKS_SCHEMA
+
+    assert entries == len(rows) + len(bad) and entries >= 1 or (entries == 0 and not rows and not bad)
+    for src, line, reason, raw in bad:
+        assert src == "s/workloads.json" and reason and isinstance(raw, str)
+        assert line is None or 1 <= line <= text.count(b"\n") + 1
+    for r in rows:
+        assert isinstance(r["network"], str) and r["network"] and isinstance(r["workload_key"], str) and r["workload_key"]
+    if rows:
+        pa_rows = [dict(r, target="llvm", target_kind="llvm") for r in rows]
+        import pyarrow as pa
+
+        pa.Table.from_pylist(pa_rows, schema=NETWORKS_SCHEMA)  # every row fits the table's schema
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(mutated_workloads_json())
+def test_fuzz_collector_workloads_json_never_raises(tmp_path_factory, text):
+    from tenset_curate.netinfo import collector_network_rows
+
+    p = tmp_path_factory.mktemp("wj") / "workloads.json"
+    p.write_bytes(text)
+    rows, bad, entries = collector_network_rows(p, "s/workloads.json")
+    _check_rows(rows, bad, entries, text)
+
+
+@settings(max_examples=12, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+          deadline=None)
+@given(mutated_workloads_json())
+def test_fuzz_convert_with_a_mutated_workloads_json(tmp_path_factory, text):
+    tmp = tmp_path_factory.mktemp("conv")
+    src = _copy_sample(tmp)
+    (src / "workloads.json").write_bytes(text)
+    s = convert([src], tmp / "ds")
+    t = s["totals"]
+    assert s["inputs_failed"] == 0 and t["balanced"] and t["rows"] == 2070  # the records never depend on it
+    nf = json.loads((tmp / "ds" / "manifest.json").read_text())["inputs"]["sample-cpu"]["network_file"]
+    assert nf["entries"] == nf["workloads"] + nf["quarantined"]
+    q = pl.read_parquet(str(tmp / "ds" / "quarantine/*.parquet")) if nf["quarantined"] else None
+    assert (q.height if q is not None else 0) == nf["quarantined"] == t["quarantined"]
