@@ -52,16 +52,16 @@ def convert_sets(realdata: str | Path, work: str | Path) -> dict[str, Path]:
     return ds
 
 
-def split_frame(ds: dict[str, Path], name: str, split_seed: int | None = None):
+def split_frame(ds: dict[str, Path], name: str, split_seed: int | None = None, **read):
     """Write split ``name`` of ``SPLITS`` into its dataset and return the labelled records with their part.
     ``split_seed`` replaces the split's own seed (another held-out set of tasks, operators' records, ...); the
-    split is then stored as ``NAME@SEED``."""
+    split is then stored as ``NAME@SEED``. ``read``: passed to ``labelled_split`` (``max_per_task``, ``seed``)."""
     which, kw = SPLITS[name]
     kw = dict(kw)
     if split_seed is not None and split_seed != kw.get("seed", 0):
         kw["seed"], name = split_seed, f"{name}@{split_seed}"
     write_split(ds[which], name, kw.pop("scheme"), **kw)
-    return labelled_split(ds[which], name)
+    return labelled_split(ds[which], name, **read)
 
 
 def row_name(name: str, split_seeds: list[int]) -> str:

@@ -8,8 +8,10 @@ measurement runs in a fresh interpreter: ``labelled_split`` then ``training.fit_
 sampled too. ``attention-dense`` is the attention model with the within-task centred tokens held as a dense array
 (``np.asarray`` of ``training.arrays``' ``tok_rel``) and the training part's token tensor copied
 (``training._part`` without ``features.RowView``): what training held before those two, run in the same script as
-the baseline. Also fits on the first half of the records, to show how peak memory grows with
-the record count. Writes reports/train_memory.md/.json.
+the baseline. ``attention-onepass`` reads the split as ``labelled_split`` did before its two passes (every record
+read whole and sorted, then joined to the split). Also fits on the first half of the records, to show how peak
+memory grows with the record count, and (``--caps``) on the split with each task's training programs capped
+(``max_per_task``, what ``curate train --max-per-task`` reads). Writes reports/train_memory.md/.json.
 """
 from __future__ import annotations
 
@@ -29,12 +31,23 @@ from pathlib import Path
 import tenset_curate.training as T
 
 dataset, split, variant, fraction = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+cap = None if sys.argv[5] == "none" else int(sys.argv[5])
 def rss():
     return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 stages = {}
 def mark(name):
     stages[name] = round(rss())
-df = T.labelled_split(Path(dataset), split)
+if variant == "attention-onepass":  # labelled_split before its two passes (session 19's code)
+    import polars as pl
+    from tenset_curate.splits import read_split
+    recs = T.with_labels(T.load_records(Path(dataset)))
+    sp = read_split(Path(dataset), split).select("record_id", "part")
+    df = recs.join(sp, on="record_id", how="inner")
+    ops = T.operator_classes(df)
+    df = df.join(ops.select("task_id", "op_class"), on="task_id", how="left").filter(pl.col("is_valid"))
+    del recs
+else:
+    df = T.labelled_split(Path(dataset), split, max_per_task=cap)
 if fraction < 1:
     df = df.head(int(len(df) * fraction))
 mark("labelled_split")
@@ -58,14 +71,15 @@ if kind == "gbdt":
 t0 = time.perf_counter()
 m, d = T.fit_on_frame(df, kind, seed=0, epochs=1, **hp)
 mark("fit_on_frame")
-print(json.dumps({"variant": variant, "records": len(df), "fraction": fraction, "tokens_mb": round(tokens_mb),
+print(json.dumps({"variant": variant, "records": len(df), "fraction": fraction, "max_per_task": cap,
+                  "tokens_mb": round(tokens_mb),
                   "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
                   "stages_rss_mb": stages, "seconds": round(time.perf_counter() - t0, 1)}))
 """
 
 
-def measure(dataset: Path, split: str, variant: str, fraction: float) -> dict:
-    r = subprocess.run([sys.executable, "-c", CHILD, str(dataset), split, variant, str(fraction)],
+def measure(dataset: Path, split: str, variant: str, fraction: float, cap: int | None = None) -> dict:
+    r = subprocess.run([sys.executable, "-c", CHILD, str(dataset), split, variant, str(fraction), str(cap).lower()],
                        capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"{variant} failed:\n{r.stderr[-3000:]}")
@@ -79,7 +93,8 @@ def main(argv=None) -> None:
     ap.add_argument("--realdata", default=str(Path(__file__).resolve().parents[2] / "shared" / "realdata"))
     ap.add_argument("--work", default="/tmp/tc-bench-model-splits")
     ap.add_argument("--split", default="no_depthwise", choices=list(SPLITS))
-    ap.add_argument("--models", nargs="+", default=["attention", "attention-dense", "gbdt"])
+    ap.add_argument("--models", nargs="+", default=["attention", "attention-dense", "attention-onepass", "gbdt"])
+    ap.add_argument("--caps", nargs="+", type=int, default=[250, 100])
     ap.add_argument("--out", default="reports/train_memory.md")
     a = ap.parse_args(argv)
     ds = convert_sets(a.realdata, a.work)
@@ -92,23 +107,37 @@ def main(argv=None) -> None:
             r["kb_per_record"] = round(r["peak_rss_mb"] * 1024 / r["records"], 1)
             runs.append(r)
             print(json.dumps(r), flush=True)
-    by = {(r["variant"], r["fraction"]): r for r in runs}
+    for cap in a.caps:
+        r = measure(dataset, a.split, "attention", 1.0, cap)
+        r["kb_per_record"] = round(r["peak_rss_mb"] * 1024 / r["records"], 1)
+        runs.append(r)
+        print(json.dumps(r), flush=True)
+    by = {(r["variant"], r["fraction"]): r for r in runs if r.get("max_per_task") is None}
     lines = ["# Training memory", "",
              f"Command: `python {' '.join(['benchmarks/train_memory.py', *(argv if argv is not None else sys.argv[1:])])}`",
              "", f"Split `{a.split}` of the real K80 + MI50 logs; each row a fresh process running `labelled_split` and "
              "`training.fit_on_frame` (1 epoch; GBDT 50 rounds), as `curate train` does. Peak RSS is `ru_maxrss`; "
              "the token tensor alone is records x 64 x 32 float32. `attention-dense` holds the within-task centred "
              "tokens as a dense array and copies the training part's token tensor, as training did before "
-             "`features.TaskCentredTokens` and `features.RowView` (same script, same data).",
+             "`features.TaskCentredTokens` and `features.RowView` (same script, same data). `attention-onepass` "
+             "reads the split as `labelled_split` did before its two passes (every record read whole and sorted, "
+             "then joined). Rows with a `max per task` read the split with each task's training programs capped "
+             "(`curate train --max-per-task`); the test part stays whole.",
              f"{os.cpu_count()} cores.", "",
-             "| model | records | peak RSS MB | KB per record | token tensor MB | RSS after labelled_split MB | "
-             "RSS after fit MB |", "|---|---:|---:|---:|---:|---:|---:|"]
-    lines += [f"| {r['variant']} | {r['records']} | {r['peak_rss_mb']} | {r['kb_per_record']} | {r['tokens_mb']} | "
+             "| model | max per task | records | peak RSS MB | KB per record | token tensor MB | "
+             "RSS after labelled_split MB | RSS after fit MB |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines += [f"| {r['variant']} | {r.get('max_per_task') or '-'} | {r['records']} | {r['peak_rss_mb']} | "
+              f"{r['kb_per_record']} | {r['tokens_mb']} | "
               f"{r['stages_rss_mb']['labelled_split']} | {r['stages_rss_mb']['fit_on_frame']} |" for r in runs]
     if ("attention", 1.0) in by and ("attention-dense", 1.0) in by:
         new, old = by[("attention", 1.0)], by[("attention-dense", 1.0)]
         lines += ["", f"Attention, all records: peak {old['peak_rss_mb']} MB -> {new['peak_rss_mb']} MB "
                   f"({new['peak_rss_mb'] / old['peak_rss_mb']:.2f}x, same run)."]
+    if ("attention", 1.0) in by and ("attention-onepass", 1.0) in by:
+        new, old = by[("attention", 1.0)], by[("attention-onepass", 1.0)]
+        lines += [f"Two-pass read against one pass, all records: RSS after labelled_split "
+                  f"{old['stages_rss_mb']['labelled_split']} MB -> {new['stages_rss_mb']['labelled_split']} MB, peak "
+                  f"{old['peak_rss_mb']} MB -> {new['peak_rss_mb']} MB."]
     for v in a.models:
         if (v, 0.5) in by and (v, 1.0) in by:
             h, f = by[(v, 0.5)], by[(v, 1.0)]

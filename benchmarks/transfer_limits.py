@@ -3,6 +3,7 @@
     python benchmarks/transfer_limits.py tasks  [--split-seeds 0 1 2] [--models attention gbdt]
     python benchmarks/transfer_limits.py pooled [--split-seeds 0 1 2] [--models attention gbdt]
     python benchmarks/transfer_limits.py epochs [--splits no_depthwise k80_mi50] [--seeds 0]
+    python benchmarks/transfer_limits.py cap    [--splits k80_tasks within_k80] [--split-seeds 0 1 2] [--caps 90 180 360]
 
 Reads the datasets and splits of ``benchmarks/model_splits.py`` (cached under --work); the product's defaults, 24
 epochs, attention with one thread; one JSON line per run (PCA / top-1 / top-5 on the test part).
@@ -16,7 +17,12 @@ epochs, attention with one thread; one JSON line per run (PCA / top-1 / top-5 on
 - ``epochs``: the attention model trained for the full 24 epochs with no early stopping, scored after every epoch on
   the validation part (held-back records of the training tasks, what early stopping reads) and on the test part.
 
-Measured (session 18, 2 cores; reports/model_splits.md, "What limits transfer").
+- ``cap``: every training task kept, its programs capped (``labelled_split``'s ``max_per_task``, what ``curate
+  train --max-per-task`` does; the test part whole): at a TenSet-sized split, which a 24 GiB machine cannot hold
+  whole, is it better to keep all tasks with fewer programs each, or fewer tasks (``tasks``)?
+
+Measured (session 18, 2 cores; reports/model_splits.md, "What limits transfer"; ``cap`` session 20, "Programs per
+task at scale").
 """
 from __future__ import annotations
 
@@ -102,9 +108,21 @@ def epochs(ds: dict, a) -> None:
                       flush=True)
 
 
+def cap_curve(ds: dict, a) -> None:
+    for split in a.splits:
+        for ss in (a.split_seeds if split == "k80_tasks" else [None]):
+            for cap in [*a.caps, None]:
+                df = split_frame(ds, split, ss, max_per_task=cap, seed=0)
+                tasks = df.filter(pl.col("part") == "train").select("hardware", "task_id").n_unique()
+                for kind in a.models:
+                    print(json.dumps({"mode": "cap", "split": split, "split_seed": ss, "max_per_task": cap,
+                                      "train_tasks": tasks, "model": kind, **_score(df, kind, 0, a.epochs)}),
+                          flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["tasks", "pooled", "epochs"])
+    ap.add_argument("mode", choices=["tasks", "pooled", "epochs", "cap"])
     ap.add_argument("--realdata", default=str(Path(__file__).resolve().parents[2] / "shared" / "realdata"))
     ap.add_argument("--work", default="/tmp/tc-bench-model-splits")
     ap.add_argument("--models", nargs="+", default=["attention", "gbdt"], choices=["attention", "gbdt", "mlp"])
@@ -112,9 +130,10 @@ def main() -> None:
     ap.add_argument("--splits", nargs="+", default=["no_depthwise", "k80_mi50"])
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
     ap.add_argument("--epochs", type=int, default=24)
+    ap.add_argument("--caps", nargs="+", type=int, default=[90, 180, 360])
     a = ap.parse_args()
     ds = convert_sets(a.realdata, a.work)
-    {"tasks": tasks_curve, "pooled": pooled, "epochs": epochs}[a.mode](ds, a)
+    {"tasks": tasks_curve, "pooled": pooled, "epochs": epochs, "cap": cap_curve}[a.mode](ds, a)
 
 
 if __name__ == "__main__":

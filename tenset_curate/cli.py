@@ -213,6 +213,12 @@ def train(
     fine_tune: str = typer.Option("auto", help="after training, go on training on these hardware's training "
                                   "records alone (comma-separated names); auto: the test hardware of a few-shot "
                                   "split (it also trains, beside other hardware); none: never"),
+    max_per_task: Optional[int] = typer.Option(
+        None, min=2, help="at most this many records of each task on the training side (train + valid), drawn by "
+                          "the seed; the test part is never cut. For TenSet-sized splits: tasks teach more than "
+                          "programs per task"),
+    memory_check: bool = typer.Option(True, help="refuse a split whose records would not fit in this machine's "
+                                      "memory, before reading them"),
     json_out: bool = typer.Option(False, "--json"),
 ):
     """Train a cost model on a split's train part (early stopping on valid PCA); fine-tune on the target
@@ -233,8 +239,9 @@ def train(
             raise typer.BadParameter(f"--lambdarank-weight must be auto or a number, not {lambdarank_weight!r}")
     try:
         s = train_model(dataset, split, model, out, epochs=epochs, device=device, seed=seed,
-                        progress=not json_out, balance_hardware=balance_hardware, fine_tune=fine_tune, **hp)
-    except (ValueError, FileNotFoundError) as e:
+                        progress=not json_out, balance_hardware=balance_hardware, fine_tune=fine_tune,
+                        max_per_task=max_per_task, memory_check=memory_check, **hp)
+    except (ValueError, FileNotFoundError, MemoryError) as e:
         _fail(str(e))
     if json_out:
         _print_json(s)

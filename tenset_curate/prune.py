@@ -154,17 +154,23 @@ FEATURE_SLICE = 16_384  # rows featurized at once inside a unit
 SIDE_TABLES = ("workloads", "networks")  # per-task tables of a dataset, copied whole into a pruned dataset
 
 
-def load_records(dataset: Path, columns: list[str] | None = None) -> pl.DataFrame:
+def load_records(dataset: Path, columns: list[str] | None = None, where: pl.Expr | None = None,
+                 sort: bool = True) -> pl.DataFrame:
+    """A dataset's records sorted by (hardware, task_id, record_id) (``sort=False``: in shard order, without the
+    sort's copy of the frame): ``columns`` only, and only the rows ``where`` holds (applied as each row group is
+    read, so rows left out never sit in memory with their other columns)."""
     files = sorted((Path(dataset) / "records").glob("*/*.parquet"))
     if not files:
         raise FileNotFoundError(f"{dataset}: no record shards under records/ (run curate convert first)")
     lf = pl.scan_parquet(files, hive_partitioning=False)
+    if where is not None:
+        lf = lf.filter(where)
     if columns is not None:
         lf = lf.select(columns)
     keys = [k for k in ("hardware", "task_id", "record_id") if k in lf.collect_schema().names()]
     # one lazy query: Polars sorts as it reads, where reading every shard and then sorting the whole frame held
     # both (2.0 -> 1.5 GB RSS on 180k real records, almost all of it the nested steps column)
-    return lf.sort(keys, maintain_order=True).collect() if keys else lf.collect()
+    return lf.sort(keys, maintain_order=True).collect() if keys and sort else lf.collect()
 
 
 def _group_index(df: pl.DataFrame) -> np.ndarray:

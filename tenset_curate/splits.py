@@ -100,7 +100,7 @@ def make_split(records: pl.DataFrame, scheme: str, seed: int = 0, test_fraction:
         held = keys.filter(pl.Series(_u01(keys, seed, "task") < test_fraction))
         if held.len() == 0:
             raise ValueError(f"no task drawn for the test part ({keys.len()} tasks, --test-fraction {test_fraction})")
-        part[df["workload_key"].is_in(held).to_numpy()] = "test"
+        part[df["workload_key"].is_in(held.implode()).to_numpy()] = "test"
         info.update({"test_fraction": test_fraction, "test_tasks": held.len(), "tasks": keys.len()})
     elif scheme == "hardware":
         if not train_hw or not test_hw:

@@ -23,23 +23,90 @@ MODEL_KINDS = ["attention", "mlp", "gbdt"]
 SEEN_TASK_LAMBDARANK_WEIGHT = 0.25  # attention's LambdaRank weight when the test tasks are trained on (see below)
 
 
-def data_hash(dataset: Path, split: str | None) -> str:
+def data_hash(dataset: Path, split: str | None, max_per_task: int | None = None, seed: int = 0) -> str:
+    """The training data's identity: the dataset's manifest, the split and, when the programs per task were capped,
+    the cap and the seed of its draw."""
     h = hashlib.sha256()
     for p in [Path(dataset) / "manifest.json"] + ([Path(dataset) / "splits" / f"{split}.parquet"] if split else []):
         if p.exists():
             h.update(p.read_bytes())
+    if max_per_task is not None:
+        h.update(f"max_per_task={max_per_task} seed={seed}".encode())
     return h.hexdigest()[:16]
 
 
-def labelled_split(dataset: Path, split: str) -> pl.DataFrame:
-    """Records joined to their split part, labelled; invalid records dropped (TenSet trains on valid ones)."""
-    from .splits import read_split
+LABEL_INPUTS = ["record_id", "hardware", "task_id", "is_valid", "mean_cost", "costs"]  # all with_labels reads
+OPERATOR_INPUTS = ["workload_name", "workload_key", "source_file"]  # and features.operator_classes
 
-    recs = with_labels(load_records(dataset))
-    sp = read_split(dataset, split).select("record_id", "part")
-    df = recs.join(sp, on="record_id", how="inner")
-    ops = operator_classes(df)
-    return df.join(ops.select("task_id", "op_class"), on="task_id", how="left").filter(pl.col("is_valid"))
+
+def labelled_split(dataset: Path, split: str, max_per_task: int | None = None, seed: int = 0,
+                   memory_check: bool = False, tasks_of: str | None = None) -> pl.DataFrame:
+    """Records joined to their split part, labelled; invalid records dropped (TenSet trains on valid ones).
+
+    Read in two passes so that only the rows used are ever held whole: the label inputs of every record first (a
+    task's label scale is its best valid record, whatever else is kept), then the full rows of the records in the
+    split, read with a row filter. ``max_per_task`` keeps at most that many records of each (hardware, task) on the
+    training side (train and valid parts together), drawn by ``splits._u01(record_id, seed)``, so the draw does not
+    depend on shards or order; the test part is never cut. TenSet holds about 2,300 tasks of up to 4,000 programs
+    per GPU, more than a 24 GiB machine trains on at once (``check_training_memory``), and programs per task matter
+    less than tasks: a network-wise split lost 0.4 PCA points on half the programs per layer and 2-4 points on a
+    quarter of the layers (reports/network_split.md, reports/model_splits.md "What limits transfer").
+    ``memory_check``: refuse, before the second pass, a split whose rows would not fit in the memory available.
+    ``tasks_of``: only the (hardware, task) pairs with a record in that part, every record of theirs (what scoring
+    the part needs: the within-task statistics of ``arrays`` see a task's records whatever their part)."""
+    from .splits import _u01, read_split
+
+    sp = read_split(dataset, split).select("record_id", "part").unique("record_id", keep="first", maintain_order=True)
+    labels = (with_labels(load_records(dataset, LABEL_INPUTS + OPERATOR_INPUTS)).filter(pl.col("is_valid"))
+              .unique("record_id", keep="first", maintain_order=True))
+    light = sp.join(labels, on="record_id", how="inner", maintain_order="left")  # the split's order: the rows' order
+    ops = operator_classes(light).select("task_id", "op_class")
+    light = light.select("record_id", "hardware", "task_id", "best_cost", "label", "part")
+    if tasks_of is not None:
+        light = light.join(light.filter(pl.col("part") == tasks_of).select("hardware", "task_id").unique(),
+                           on=["hardware", "task_id"], how="semi", maintain_order="left")
+    if max_per_task is not None:
+        if max_per_task < 2:
+            raise ValueError("max_per_task must be at least 2 (a ranking needs two records of a task)")
+        side = pl.col("part").is_in(["train", "valid"])
+        light = (light.with_columns(pl.Series("u", _u01(light["record_id"], seed, "max-per-task")))
+                 .filter(~side | (pl.col("u").rank("ordinal").over("hardware", "task_id", side) <= max_per_task))
+                 .drop("u"))
+    if memory_check:
+        check_training_memory(light.height, f"split {split} of {dataset}")
+    light = light.join(ops, on="task_id", how="left", maintain_order="left")
+    recs = load_records(dataset, where=pl.col("record_id").is_in(light["record_id"].implode()), sort=False)
+    return recs.join(light.select("record_id", "best_cost", "label", "part", "op_class"), on="record_id",
+                     how="inner", maintain_order="right")
+
+
+BYTES_PER_TRAINING_RECORD = 20_000  # measured peak RSS per record of curate train (reports/train_memory.md)
+
+
+def available_memory() -> int | None:
+    """Bytes this machine can still give (Linux ``MemAvailable``); None where that is not known."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def check_training_memory(records: int, what: str, available: int | None = None) -> None:
+    """Raise MemoryError, naming the way out, when ``records`` would take more than the memory available to train on
+    (``BYTES_PER_TRAINING_RECORD`` each: the frame, the token tensor and the model's arrays)."""
+    available = available_memory() if available is None else available
+    need = records * BYTES_PER_TRAINING_RECORD
+    if available is None or need <= available:
+        return
+    fits = max(available // BYTES_PER_TRAINING_RECORD, 1)
+    raise MemoryError(
+        f"{what}: {records:,} records would need about {need / 2**30:.1f} GiB to train on (about "
+        f"{BYTES_PER_TRAINING_RECORD // 1000} KB each), and {available / 2**30:.1f} GiB is available, enough for about "
+        f"{fits:,}. Cap the programs per task (curate train --max-per-task N), prune first (curate prune --ratio R), "
+        f"train per hardware, or pass --no-memory-check to try anyway.")
 
 
 def arrays(df: pl.DataFrame) -> dict:
@@ -205,14 +272,20 @@ def fit_on_frame(df: pl.DataFrame, kind: str, seed: int = 0, epochs: int = 10, d
 
 
 def train_model(dataset: Path, split: str, kind: str, out: Path, epochs: int = 10, device: str = "cpu",
-                seed: int = 0, progress: bool = True, **hp) -> dict:
+                seed: int = 0, progress: bool = True, max_per_task: int | None = None, memory_check: bool = True,
+                **hp) -> dict:
+    """Train on a split and save the model directory. ``max_per_task``: at most that many records of each task on
+    the training side (``labelled_split``; ``seed`` draws them too); ``memory_check``: refuse a split too big for
+    this machine's memory before reading its rows whole (``check_training_memory``)."""
     t0 = time.perf_counter()
-    df = labelled_split(dataset, split)
-    m, d = fit_on_frame(df, kind, seed, epochs, device, progress, data_hash(dataset, split), **hp)
+    df = labelled_split(dataset, split, max_per_task, seed, memory_check)
+    m, d = fit_on_frame(df, kind, seed, epochs, device, progress, data_hash(dataset, split, max_per_task, seed), **hp)
     m.save(out)
     part = df["part"].to_numpy()
     res = {"model": kind, "out": str(out), "train_records": int((part == "train").sum()),
            "seconds": round(time.perf_counter() - t0, 2)}
+    if max_per_task is not None:
+        res["max_per_task"] = max_per_task
     if m.fine_tuned:
         res["fine_tuned"] = m.fine_tuned
     if kind == "attention":
@@ -237,7 +310,7 @@ def evaluate_model(model_dir: Path, dataset: Path, split: str, part: str = "test
     from .model import load_model
 
     m = load_model(model_dir, expected_feature_version=FEATURE_VERSION)
-    df = labelled_split(dataset, split)
+    df = labelled_split(dataset, split, tasks_of=part)
     if not (df["part"] == part).any():
         raise ValueError(f"split {split} has no valid records in part {part!r}")
     d = part_arrays(df, part)

@@ -1,0 +1,143 @@
+"""Training on splits bigger than memory: ``labelled_split``'s two-pass read, its per-task cap (``max_per_task``),
+scoring a part from its own tasks only (``tasks_of``) and the memory check ``curate train`` runs first.
+
+On the conftest's 24 real tasks measured on K80 and MI50 (``k80_mi50_dataset``)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from typer.testing import CliRunner
+
+from tenset_curate.cli import app
+from tenset_curate.features import operator_classes
+from tenset_curate.labels import with_labels
+from tenset_curate.metrics import evaluate_predictions
+from tenset_curate.model import load_model
+from tenset_curate.prune import load_records
+from tenset_curate.splits import read_split, write_split
+from tenset_curate.training import (BYTES_PER_TRAINING_RECORD, check_training_memory, evaluate_model,
+                                    labelled_split, part_arrays, train_model)
+
+REAL = Path(__file__).resolve().parents[2] / "shared" / "realdata" / "ansor"
+pytestmark = pytest.mark.skipif(not (REAL / "roller-k80").is_dir() or not (REAL / "roller-mi50").is_dir(),
+                                reason="real roller-k80 / roller-mi50 logs not found")
+
+
+@pytest.fixture(scope="module")
+def ds(k80_mi50_dataset):
+    write_split(k80_mi50_dataset, "scale_wt", "within-task", seed=3)
+    write_split(k80_mi50_dataset, "scale_hw", "hardware", train_hw=["roller-k80"], test_hw=["roller-mi50"], seed=0)
+    return k80_mi50_dataset
+
+
+def _one_pass(dataset: Path, split: str) -> pl.DataFrame:
+    """What labelled_split returned before it read in two passes: every record read whole, labelled, joined to the
+    split (whose order the rows take), operator classes added, failures dropped."""
+    recs = with_labels(load_records(dataset))
+    sp = read_split(dataset, split).select("record_id", "part")
+    df = sp.join(recs, on="record_id", how="inner", maintain_order="left")
+    df = df.select(*recs.columns, "part")
+    ops = operator_classes(df)
+    return df.join(ops.select("task_id", "op_class"), on="task_id", how="left",
+                   maintain_order="left").filter(pl.col("is_valid"))
+
+
+@pytest.mark.parametrize("split", ["scale_wt", "scale_hw"])
+def test_two_pass_read_gives_the_one_pass_frame(ds, split):
+    got = labelled_split(ds, split)
+    want = _one_pass(ds, split)
+    assert got.height == want.height > 10_000
+    assert got.columns == want.columns
+    assert got.equals(want)
+
+
+def test_max_per_task_cuts_the_training_side_only_and_keeps_label_scale(ds):
+    full = labelled_split(ds, "scale_wt")
+    cap = labelled_split(ds, "scale_wt", max_per_task=40, seed=1)
+    side = pl.col("part").is_in(["train", "valid"])
+    n_full = full.filter(side).group_by("hardware", "task_id").len()
+    n_cap = cap.filter(side).group_by("hardware", "task_id").len()
+    both = n_full.join(n_cap, on=["hardware", "task_id"], suffix="_cap", how="left").fill_null(0)
+    assert both.height >= 40  # 24 tasks on two GPUs (a task with no valid record on one GPU is not in the split)
+    assert (both["len_cap"] == np.minimum(both["len"], 40)).all()  # every task keeps min(its records, 40)
+    assert (both["len"] > 40).sum() > both.height // 2  # the cap bites on most tasks
+    # the test part is whole, row for row
+    assert cap.filter(pl.col("part") == "test").equals(full.filter(pl.col("part") == "test"))
+    # labels keep the task's scale: the best record of the whole task, kept or not
+    j = cap.select("record_id", "label", "best_cost").join(full.select("record_id", "label", "best_cost"),
+                                                            on="record_id", suffix="_full")
+    assert j.height == cap.height
+    assert (j["label"] == j["label_full"]).all() and (j["best_cost"] == j["best_cost_full"]).all()
+    # kept rows are rows of the full frame, in its order
+    assert cap["record_id"].is_in(full["record_id"].implode()).all()
+    pos = full.with_row_index("i").join(cap.select("record_id"), on="record_id", how="semi")["i"]
+    assert pos.is_sorted()
+
+
+def test_max_per_task_draw_is_seeded_and_order_free(ds):
+    a = labelled_split(ds, "scale_wt", max_per_task=40, seed=1)["record_id"]
+    assert a.equals(labelled_split(ds, "scale_wt", max_per_task=40, seed=1)["record_id"])
+    b = labelled_split(ds, "scale_wt", max_per_task=40, seed=2)["record_id"]
+    assert set(a.to_list()) != set(b.to_list())
+    # a record's fate depends on the seed and its id alone: a smaller cap keeps a subset of a bigger one
+    small = set(labelled_split(ds, "scale_wt", max_per_task=20, seed=1)["record_id"].to_list())
+    assert small < set(a.to_list())
+    with pytest.raises(ValueError, match="at least 2"):
+        labelled_split(ds, "scale_wt", max_per_task=1)
+
+
+def test_tasks_of_reads_only_the_parts_tasks_and_scores_the_same(ds, tmp_path):
+    full = labelled_split(ds, "scale_hw")
+    own = labelled_split(ds, "scale_hw", tasks_of="test")
+    assert set(own["hardware"].unique().to_list()) == {"roller-mi50"}
+    assert own.equals(full.filter(pl.col("hardware") == "roller-mi50"))
+    s = train_model(ds, "scale_hw", "gbdt", tmp_path / "m", seed=0, progress=False, n_estimators=40)
+    assert s["train_records"] > 10_000
+    got = evaluate_model(tmp_path / "m", ds, "scale_hw")
+    d = part_arrays(full, "test")
+    want = evaluate_predictions(d["task_ids"], d["labels"], load_model(tmp_path / "m").predict(d), groups=d["groups"])
+    assert got["pca"] == want["pca"] and got["top1"] == want["top1"] and got["top5"] == want["top5"]
+    assert 0.5 < got["pca"] < 1
+
+
+def test_memory_check_names_the_way_out(monkeypatch):
+    import tenset_curate.training as T
+
+    check_training_memory(1_000_000, "x", available=1_000_000 * BYTES_PER_TRAINING_RECORD)  # fits: no error
+    assert T.available_memory() > 2**28  # this Linux machine says what it has
+    monkeypatch.setattr(T, "available_memory", lambda: None)
+    check_training_memory(10 ** 9, "x")  # a machine that does not say: no refusal
+    with pytest.raises(MemoryError) as e:
+        check_training_memory(9_000_000, "split network of /data/tenset", available=24 * 2**30)
+    msg = str(e.value)
+    assert "split network of /data/tenset" in msg and "9,000,000 records" in msg
+    assert "--max-per-task" in msg and "--no-memory-check" in msg
+    assert f"{24 * 2**30 // BYTES_PER_TRAINING_RECORD:,}" in msg  # how many would fit
+
+
+def test_cli_train_max_per_task_and_memory_refusal(ds, tmp_path, monkeypatch):
+    r = CliRunner().invoke(app, ["train", str(ds), "--split", "scale_wt", "--model", "gbdt", "--out",
+                                 str(tmp_path / "cap"), "--max-per-task", "30", "--json"])
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.stdout)
+    assert s["max_per_task"] == 30 and s["train_records"] <= 48 * 30
+    capped = json.loads((tmp_path / "cap" / "config.json").read_text())["data_manifest_hash"]
+    r = CliRunner().invoke(app, ["train", str(ds), "--split", "scale_wt", "--model", "gbdt", "--out",
+                                 str(tmp_path / "cap1"), "--max-per-task", "1"])
+    assert r.exit_code == 2 and "max-per-task" in r.output
+    # a machine with little memory: refused before the rows are read, with the way out named
+    import tenset_curate.training as T
+    monkeypatch.setattr(T, "available_memory", lambda: 100 * BYTES_PER_TRAINING_RECORD)
+    r = CliRunner().invoke(app, ["train", str(ds), "--split", "scale_wt", "--model", "gbdt", "--out",
+                                 str(tmp_path / "big")])
+    assert r.exit_code == 2
+    assert "records would need about" in r.output and "--max-per-task" in r.output
+    assert not (tmp_path / "big").exists()
+    r = CliRunner().invoke(app, ["train", str(ds), "--split", "scale_wt", "--model", "gbdt", "--out",
+                                 str(tmp_path / "big"), "--max-per-task", "30", "--no-memory-check", "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "big" / "config.json").read_text())["data_manifest_hash"] == capped
