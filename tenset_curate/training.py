@@ -39,21 +39,20 @@ LABEL_INPUTS = ["record_id", "hardware", "task_id", "is_valid", "mean_cost", "co
 OPERATOR_INPUTS = ["workload_name", "workload_key", "source_file"]  # and features.operator_classes
 
 
-def labelled_split(dataset: Path, split: str, max_per_task: int | None = None, seed: int = 0,
-                   memory_check: bool = False, tasks_of: str | None = None) -> pl.DataFrame:
-    """Records joined to their split part, labelled; invalid records dropped (TenSet trains on valid ones).
+def split_index(dataset: Path, split: str, max_per_task: int | None = None, seed: int = 0,
+                tasks_of: str | tuple[str, ...] | None = None) -> pl.DataFrame:
+    """The valid records of a split, light: record_id, hardware, task_id, best_cost, label, part, op_class, in the
+    split's order. Reads only the label and operator inputs of the dataset's records (a task's label scale is its
+    best valid record, whatever else is kept); ``read_rows`` then reads the whole rows of the ones used.
 
-    Read in two passes so that only the rows used are ever held whole: the label inputs of every record first (a
-    task's label scale is its best valid record, whatever else is kept), then the full rows of the records in the
-    split, read with a row filter. ``max_per_task`` keeps at most that many records of each (hardware, task) on the
-    training side (train and valid parts together), drawn by ``splits._u01(record_id, seed)``, so the draw does not
-    depend on shards or order; the test part is never cut. TenSet holds about 2,300 tasks of up to 4,000 programs
-    per GPU, more than a 24 GiB machine trains on at once (``check_training_memory``), and programs per task matter
-    less than tasks: a network-wise split lost 0.4 PCA points on half the programs per layer and 2-4 points on a
-    quarter of the layers (reports/network_split.md, reports/model_splits.md "What limits transfer").
-    ``memory_check``: refuse, before the second pass, a split whose rows would not fit in the memory available.
-    ``tasks_of``: only the (hardware, task) pairs with a record in that part, every record of theirs (what scoring
-    the part needs: the within-task statistics of ``arrays`` see a task's records whatever their part)."""
+    ``max_per_task`` keeps at most that many records of each (hardware, task) on the training side (train and valid
+    parts together), drawn by ``splits._u01(record_id, seed)``, so the draw does not depend on shards or order; the
+    test part is never cut. TenSet holds about 2,300 tasks of up to 4,000 programs per GPU, more than a 24 GiB
+    machine trains on at once (``check_training_memory``), and on tasks, operators or GPUs a model has not seen, its
+    PCA with 90 programs a task matched that with all of them, where fewer tasks lost (reports/model_splits.md,
+    "Programs per task at scale"). ``tasks_of``: only the (hardware, task) pairs with a record in that part (or any
+    of those parts), every record of theirs: what scoring a part, or training, needs, since the within-task
+    statistics of ``arrays`` see a task's records whatever their part."""
     from .splits import _u01, read_split
 
     sp = read_split(dataset, split).select("record_id", "part").unique("record_id", keep="first", maintain_order=True)
@@ -63,7 +62,8 @@ def labelled_split(dataset: Path, split: str, max_per_task: int | None = None, s
     ops = operator_classes(light).select("task_id", "op_class")
     light = light.select("record_id", "hardware", "task_id", "best_cost", "label", "part")
     if tasks_of is not None:
-        light = light.join(light.filter(pl.col("part") == tasks_of).select("hardware", "task_id").unique(),
+        parts = [tasks_of] if isinstance(tasks_of, str) else list(tasks_of)
+        light = light.join(light.filter(pl.col("part").is_in(parts)).select("hardware", "task_id").unique(),
                            on=["hardware", "task_id"], how="semi", maintain_order="left")
     if max_per_task is not None:
         if max_per_task < 2:
@@ -72,12 +72,22 @@ def labelled_split(dataset: Path, split: str, max_per_task: int | None = None, s
         light = (light.with_columns(pl.Series("u", _u01(light["record_id"], seed, "max-per-task")))
                  .filter(~side | (pl.col("u").rank("ordinal").over("hardware", "task_id", side) <= max_per_task))
                  .drop("u"))
-    if memory_check:
-        check_training_memory(light.height, f"split {split} of {dataset}")
-    light = light.join(ops, on="task_id", how="left", maintain_order="left")
-    recs = load_records(dataset, where=pl.col("record_id").is_in(light["record_id"].implode()), sort=False)
-    return recs.join(light.select("record_id", "best_cost", "label", "part", "op_class"), on="record_id",
+    return light.join(ops, on="task_id", how="left", maintain_order="left")
+
+
+def read_rows(dataset: Path, index: pl.DataFrame) -> pl.DataFrame:
+    """The whole records of a ``split_index`` frame, in its order, with its best_cost, label, part and op_class:
+    read with a row filter, so records not in ``index`` are never held whole."""
+    recs = load_records(dataset, where=pl.col("record_id").is_in(index["record_id"].implode()), sort=False)
+    return recs.join(index.select("record_id", "best_cost", "label", "part", "op_class"), on="record_id",
                      how="inner", maintain_order="right")
+
+
+def labelled_split(dataset: Path, split: str, max_per_task: int | None = None, seed: int = 0,
+                   tasks_of: str | tuple[str, ...] | None = None) -> pl.DataFrame:
+    """Records joined to their split part, labelled; invalid records dropped (TenSet trains on valid ones). Read in
+    two passes (``split_index``, then ``read_rows``) so that only the rows used are ever held whole."""
+    return read_rows(dataset, split_index(dataset, split, max_per_task, seed, tasks_of))
 
 
 BYTES_PER_TRAINING_RECORD = 20_000  # measured peak RSS per record of curate train (reports/train_memory.md)
@@ -271,14 +281,34 @@ def fit_on_frame(df: pl.DataFrame, kind: str, seed: int = 0, epochs: int = 10, d
     return m, d
 
 
+def training_frame(dataset: Path, split: str, kind: str, max_per_task: int | None = None, seed: int = 0,
+                   memory_check: bool = True, **hp) -> tuple[pl.DataFrame, dict, float | None]:
+    """What ``train_model`` reads: the records of the tasks that train (their test records too: the within-task
+    statistics see them), and ``hp`` with the split's LambdaRank weight and fine-tuning hardware decided on the
+    light ``split_index``, which still has every test record. The test records of tasks that do not train (all of
+    them on a network-, operator-, task- or zero-shot hardware-wise split) are never read whole. Returns the frame,
+    the hyperparameters and the share of test records whose task trains (``seen_task_share``)."""
+    index = split_index(dataset, split, max_per_task, seed)
+    hp = dict(hp)
+    if kind == "attention" and hp.get("lambdarank_weight", "auto") == "auto":
+        hp["lambdarank_weight"] = lambdarank_weight_for(index)
+    hp["fine_tune"] = fine_tune_hardware(index, hp.get("fine_tune", "auto"))
+    share = seen_task_share(index)
+    index = index.join(index.filter(pl.col("part").is_in(["train", "valid"])).select("hardware", "task_id").unique(),
+                       on=["hardware", "task_id"], how="semi", maintain_order="left")
+    if memory_check:
+        check_training_memory(index.height, f"split {split} of {dataset}")
+    return read_rows(dataset, index), hp, share
+
+
 def train_model(dataset: Path, split: str, kind: str, out: Path, epochs: int = 10, device: str = "cpu",
                 seed: int = 0, progress: bool = True, max_per_task: int | None = None, memory_check: bool = True,
                 **hp) -> dict:
     """Train on a split and save the model directory. ``max_per_task``: at most that many records of each task on
-    the training side (``labelled_split``; ``seed`` draws them too); ``memory_check``: refuse a split too big for
-    this machine's memory before reading its rows whole (``check_training_memory``)."""
+    the training side (``split_index``; ``seed`` draws them too); ``memory_check``: refuse a split too big for this
+    machine's memory before reading its rows whole (``check_training_memory``). Reads ``training_frame``."""
     t0 = time.perf_counter()
-    df = labelled_split(dataset, split, max_per_task, seed, memory_check)
+    df, hp, share = training_frame(dataset, split, kind, max_per_task, seed, memory_check, **hp)
     m, d = fit_on_frame(df, kind, seed, epochs, device, progress, data_hash(dataset, split, max_per_task, seed), **hp)
     m.save(out)
     part = df["part"].to_numpy()
@@ -289,7 +319,6 @@ def train_model(dataset: Path, split: str, kind: str, out: Path, epochs: int = 1
     if m.fine_tuned:
         res["fine_tuned"] = m.fine_tuned
     if kind == "attention":
-        share = seen_task_share(df)
         res["lambdarank_weight"] = m.hparams["lambdarank_weight"]
         res["test_records_of_trained_tasks"] = None if share is None else round(share, 4)
     if hp.get("balance_hardware", True):

@@ -19,8 +19,8 @@ from tenset_curate.metrics import evaluate_predictions
 from tenset_curate.model import load_model
 from tenset_curate.prune import load_records
 from tenset_curate.splits import read_split, write_split
-from tenset_curate.training import (BYTES_PER_TRAINING_RECORD, check_training_memory, evaluate_model,
-                                    labelled_split, part_arrays, train_model)
+from tenset_curate.training import (BYTES_PER_TRAINING_RECORD, check_training_memory, evaluate_model, fit_on_frame,
+                                    labelled_split, part_arrays, train_model, training_frame)
 
 REAL = Path(__file__).resolve().parents[2] / "shared" / "realdata" / "ansor"
 pytestmark = pytest.mark.skipif(not (REAL / "roller-k80").is_dir() or not (REAL / "roller-mi50").is_dir(),
@@ -141,3 +141,22 @@ def test_cli_train_max_per_task_and_memory_refusal(ds, tmp_path, monkeypatch):
                                  str(tmp_path / "big"), "--max-per-task", "30", "--no-memory-check", "--json"])
     assert r.exit_code == 0, r.output
     assert json.loads((tmp_path / "big" / "config.json").read_text())["data_manifest_hash"] == capped
+
+
+def test_training_reads_only_the_tasks_that_train_and_trains_the_same_model(ds, tmp_path):
+    full = labelled_split(ds, "scale_hw")  # K80 trains, MI50 is tested: no MI50 task trains
+    df, hp, share = training_frame(ds, "scale_hw", "attention")
+    assert set(df["hardware"].unique().to_list()) == {"roller-k80"}
+    assert df.equals(full.filter(pl.col("hardware") == "roller-k80"))
+    assert share == 0.0 and hp["lambdarank_weight"] == 0.05 and hp["fine_tune"] == []  # decided with the test part
+    wt, hp_wt, share_wt = training_frame(ds, "scale_wt", "attention")
+    assert wt.equals(labelled_split(ds, "scale_wt"))  # within a task every test record's task trains: all read
+    assert share_wt == 1.0 and hp_wt["lambdarank_weight"] == 0.25
+    # the model train_model saves is the one trained on the whole frame, test records of other tasks included
+    train_model(ds, "scale_hw", "gbdt", tmp_path / "m", seed=0, progress=False, n_estimators=40)
+    ref, d = fit_on_frame(full, "gbdt", seed=0, n_estimators=40)
+    test = part_arrays(full, "test")
+    assert np.array_equal(load_model(tmp_path / "m").predict(test), ref.predict(test))
+    train_model(ds, "scale_hw", "attention", tmp_path / "a", epochs=1, seed=0, progress=False, num_threads=1)
+    ref, d = fit_on_frame(full, "attention", seed=0, epochs=1, num_threads=1)
+    assert np.array_equal(load_model(tmp_path / "a").predict(test), ref.predict(test))
