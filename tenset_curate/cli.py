@@ -19,7 +19,12 @@ app.add_typer(report_app, name="report")
 
 
 def _print_json(obj) -> None:
-    sys.stdout.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS, default=str).decode() + "\n")
+    opts = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY  # arrays as lists, not str()
+    sys.stdout.write(orjson.dumps(obj, option=opts, default=_jsonable).decode() + "\n")
+
+
+def _jsonable(o):
+    return o.tolist() if hasattr(o, "tolist") else str(o)  # numpy arrays orjson does not take (strings), scalars
 
 
 def _fail(msg: str, code: int = 2):

@@ -90,7 +90,7 @@ def labelled_split(dataset: Path, split: str, max_per_task: int | None = None, s
     return read_rows(dataset, split_index(dataset, split, max_per_task, seed, tasks_of))
 
 
-BYTES_PER_TRAINING_RECORD = 20_000  # measured peak RSS per record of curate train (reports/train_memory.md)
+BYTES_PER_TRAINING_RECORD = 20_000  # peak RSS per record read by curate train: 17-22 KB (reports/train_memory.md)
 
 
 def available_memory() -> int | None:
@@ -333,15 +333,39 @@ def _headline(r: dict) -> dict:
     return {k: round(float(r[k]), 4) for k in ("pca", "top1", "top5") if k in r}
 
 
-def evaluate_model(model_dir: Path, dataset: Path, split: str, part: str = "test") -> dict:
-    """TenSet metrics of a saved model on one part of a split: overall, per operator class, per hardware."""
+EVAL_CHUNK_RECORDS = 100_000  # evaluate_model reads, featurises and scores whole tasks this many records at a time
+
+
+def evaluate_model(model_dir: Path, dataset: Path, split: str, part: str = "test",
+                   chunk_records: int = EVAL_CHUNK_RECORDS) -> dict:
+    """TenSet metrics of a saved model on one part of a split: overall, per operator class, per hardware, and per
+    task (``per_task``, its ``task_id`` the "hardware/task_id" the records name).
+
+    Reads the tasks with a record in the part (``split_index``'s ``tasks_of``), in chunks of whole tasks of about
+    ``chunk_records`` records: each chunk is read, featurised and scored, and only its predictions are kept, so
+    memory does not grow with the part (a TenSet-sized test part of a million records needs about 19 GB at once,
+    reports/train_scale.md). A task's records are featurised together, as its within-task statistics need; the
+    scores equal those of the whole part at once (tests/test_training_scale.py)."""
     from .metrics import evaluate_predictions
     from .model import load_model
 
     m = load_model(model_dir, expected_feature_version=FEATURE_VERSION)
-    df = labelled_split(dataset, split, tasks_of=part)
-    if not (df["part"] == part).any():
+    index = split_index(dataset, split, tasks_of=part)
+    if not (index["part"] == part).any():
         raise ValueError(f"split {split} has no valid records in part {part!r}")
-    d = part_arrays(df, part)
-    preds = m.predict(d)
-    return evaluate_predictions(d["task_ids"], d["labels"], preds, groups=d["groups"])
+    tasks = index.group_by("hardware", "task_id", maintain_order=True).len()
+    chunk = (tasks["len"].cum_sum() - tasks["len"]) // max(int(chunk_records), 1)  # whole tasks, in index order
+    index = index.join(tasks.select("hardware", "task_id", pl.Series("chunk", chunk)), on=["hardware", "task_id"],
+                       how="left", maintain_order="left")
+    names, labels, preds, groups = [], [], [], {}
+    for c in chunk.unique(maintain_order=True).to_list():
+        df = read_rows(dataset, index.filter(pl.col("chunk") == c).drop("chunk"))
+        d = part_arrays(df, part)
+        preds.append(m.predict(d))
+        labels.append(d["labels"])
+        sel = df["part"] == part
+        names.append(df.filter(sel).select(pl.concat_str(["hardware", "task_id"], separator="/"))[:, 0].to_numpy())
+        for k, v in d["groups"].items():
+            groups.setdefault(k, []).append(v)
+    return evaluate_predictions(np.concatenate(names).astype(str), np.concatenate(labels), np.concatenate(preds),
+                                groups={k: np.concatenate(v) for k, v in groups.items()})

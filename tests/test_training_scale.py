@@ -95,13 +95,24 @@ def test_tasks_of_reads_only_the_parts_tasks_and_scores_the_same(ds, tmp_path):
     own = labelled_split(ds, "scale_hw", tasks_of="test")
     assert set(own["hardware"].unique().to_list()) == {"roller-mi50"}
     assert own.equals(full.filter(pl.col("hardware") == "roller-mi50"))
-    s = train_model(ds, "scale_hw", "gbdt", tmp_path / "m", seed=0, progress=False, n_estimators=40)
-    assert s["train_records"] > 10_000
-    got = evaluate_model(tmp_path / "m", ds, "scale_hw")
     d = part_arrays(full, "test")
-    want = evaluate_predictions(d["task_ids"], d["labels"], load_model(tmp_path / "m").predict(d), groups=d["groups"])
-    assert got["pca"] == want["pca"] and got["top1"] == want["top1"] and got["top5"] == want["top5"]
-    assert 0.5 < got["pca"] < 1
+    names = (full.filter(pl.col("part") == "test").select(pl.concat_str(["hardware", "task_id"], separator="/"))
+             [:, 0].unique().sort().to_list())
+    s = train_model(ds, "scale_hw", "gbdt", tmp_path / "g", seed=0, progress=False, n_estimators=40)
+    assert s["train_records"] > 10_000
+    train_model(ds, "scale_hw", "attention", tmp_path / "a", epochs=1, seed=0, progress=False, num_threads=1)
+    for kind in ("g", "a"):
+        m = load_model(tmp_path / kind)
+        want = evaluate_predictions(d["task_ids"], d["labels"], m.predict(d), groups=d["groups"])
+        assert 0.5 < want["pca"] < 1
+        # the whole part at once, and in chunks of whole tasks of about 2,000 records (a dozen chunks)
+        for chunk in (10 ** 9, 2000):
+            got = evaluate_model(tmp_path / kind, ds, "scale_hw", chunk_records=chunk)
+            for k in ("pca", "top1", "top5", "peak5", "n_tasks", "n_records"):
+                assert got[k] == want[k], (kind, chunk, k)
+            assert got["by_op_class"] == want["by_op_class"]
+            assert got["per_task"]["task_id"].tolist() == names  # tasks named as the records name them
+            assert np.array_equal(got["per_task"]["pca"], want["per_task"]["pca"])
 
 
 def test_memory_check_names_the_way_out(monkeypatch):
@@ -126,6 +137,13 @@ def test_cli_train_max_per_task_and_memory_refusal(ds, tmp_path, monkeypatch):
     s = json.loads(r.stdout)
     assert s["max_per_task"] == 30 and s["train_records"] <= 48 * 30
     capped = json.loads((tmp_path / "cap" / "config.json").read_text())["data_manifest_hash"]
+    r = CliRunner().invoke(app, ["evaluate", str(tmp_path / "cap"), str(ds), "--split", "scale_wt", "--json"])
+    assert r.exit_code == 0, r.output
+    ev = json.loads(r.stdout)
+    per = ev["per_task"]  # lists a notebook can read, not numpy's str() of an array
+    assert len(per["task_id"]) == len(per["pca"]) == ev["n_tasks"] >= 40
+    assert all(t.split("/")[0] in ("roller-k80", "roller-mi50") for t in per["task_id"])
+    assert all(isinstance(x, float) and 0 <= x <= 1 for x in per["pca"])
     r = CliRunner().invoke(app, ["train", str(ds), "--split", "scale_wt", "--model", "gbdt", "--out",
                                  str(tmp_path / "cap1"), "--max-per-task", "1"])
     assert r.exit_code == 2 and "max-per-task" in r.output
@@ -158,5 +176,5 @@ def test_training_reads_only_the_tasks_that_train_and_trains_the_same_model(ds, 
     test = part_arrays(full, "test")
     assert np.array_equal(load_model(tmp_path / "m").predict(test), ref.predict(test))
     train_model(ds, "scale_hw", "attention", tmp_path / "a", epochs=1, seed=0, progress=False, num_threads=1)
-    ref, d = fit_on_frame(full, "attention", seed=0, epochs=1, num_threads=1)
+    ref, _ = fit_on_frame(full, "attention", seed=0, epochs=1, num_threads=1)
     assert np.array_equal(load_model(tmp_path / "a").predict(test), ref.predict(test))
