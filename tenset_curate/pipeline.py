@@ -164,7 +164,7 @@ def run(pipeline: Path, overrides: list[str] | None = None, executor: str = "loc
                 info = STEP_FUNCS[step](params, workdir, base, workers, log,
                                         {"executor": executor, "address": address, "key": key,
                                          "fresh": from_step == step})
-            except (ValueError, FileNotFoundError, KeyError, OutputError) as e:
+            except (ValueError, FileNotFoundError, KeyError, OutputError, MemoryError) as e:
                 raise PipelineError(f"step {step} failed: {e}") from e
             secs = round(time.perf_counter() - t0, 2)
             state[step] = {"key": key, "summary": info.get("summary", "")}
@@ -338,34 +338,33 @@ def step_prune(p: dict, workdir: Path, base: Path, workers: int, log, exe: dict)
             "summary": f"{s['method']} removed {s['ratio_achieved']:.2%}"}
 
 
-def _train_frames(workdir: Path, split: str, pruned: bool):
-    """Training frame: the split of the full dataset; for 'pruned' the train/valid parts keep only records the
-    prune step kept (the test part is the same either way)."""
-    import polars as pl
-
-    from .training import labelled_split
-
-    df = labelled_split(workdir / "convert", split)
-    if pruned:
-        from .prune import load_records
-
-        kept = set(load_records(workdir / "prune", ["record_id"])["record_id"].to_list())
-        df = df.filter((pl.col("part") == "test") | pl.col("record_id").is_in(list(kept)))
-    return df
-
-
 def step_train(p: dict, workdir: Path, base: Path, workers: int, log, exe: dict) -> dict:
-    from .training import data_hash, fit_on_frame
+    """Train each model on the split of the full dataset and, for data "pruned", with the train/valid parts cut to
+    the records the prune step kept (the test part is the same either way). Reads what ``curate train`` reads
+    (``training.training_frame``): ``max_per_task`` caps each task's training programs, and the memory check
+    (``memory_check = false`` turns it off) stops the step before the records are read when they would not fit."""
+    from .training import data_hash, fit_on_frame, training_frame
 
     out = _fresh(workdir / "train")
     split = p.get("split", "within_task")
+    seed = int(p.get("seed", 0))
+    cap = p.get("max_per_task")
+    cap = None if cap is None else int(cap)
     trained = []
     for data in p.get("data", ["full"]):
-        df = _train_frames(workdir, split, data == "pruned")
+        keep = None
+        if data == "pruned":
+            from .prune import load_records
+
+            keep = load_records(workdir / "prune", ["record_id"])["record_id"]
+        # the split's LambdaRank weight and fine-tuning hardware, decided on the whole split (test part included)
+        df, auto, _ = training_frame(workdir / "convert", split, "attention", cap, seed,
+                                     bool(p.get("memory_check", True)), keep_ids=keep)
         for kind in p.get("models", ["gbdt", "attention"]):
-            hp = dict(p.get(kind, {}))
-            m, _ = fit_on_frame(df, kind, seed=int(p.get("seed", 0)), epochs=int(p.get("epochs", 5)),
-                                data_manifest_hash=data_hash(workdir / "convert", split), **hp)
+            hp = {"fine_tune": auto["fine_tune"], **({"lambdarank_weight": auto["lambdarank_weight"]}
+                                                      if kind == "attention" else {}), **p.get(kind, {})}
+            m, _ = fit_on_frame(df, kind, seed=seed, epochs=int(p.get("epochs", 5)),
+                                data_manifest_hash=data_hash(workdir / "convert", split, cap, seed), **hp)
             m.save(out / f"{kind}-{data}")
             trained.append(f"{kind}-{data}")
     return {"summary": ", ".join(trained)}
@@ -373,20 +372,18 @@ def step_train(p: dict, workdir: Path, base: Path, workers: int, log, exe: dict)
 
 def step_evaluate(p: dict, workdir: Path, base: Path, workers: int, log, exe: dict) -> dict:
     from .features import FEATURE_VERSION
-    from .metrics import evaluate_predictions
+    from .metrics import evaluate_predictions, random_topk_expectation
     from .model import load_model
-    from .training import part_arrays
+    from .training import score_part
 
     split = p.get("split", "within_task")
-    df = _train_frames(workdir, split, False)
-    d = part_arrays(df, "test")
+    models = {mdir.name: load_model(mdir, expected_feature_version=FEATURE_VERSION)
+              for mdir in sorted((workdir / "train").iterdir())}
+    d, preds = score_part(models, workdir / "convert", split, "test")  # in chunks of whole tasks
     res = {}
-    for mdir in sorted((workdir / "train").iterdir()):
-        m = load_model(mdir, expected_feature_version=FEATURE_VERSION)
-        r = evaluate_predictions(d["task_ids"], d["labels"], m.predict(d), groups=d["groups"])
-        res[mdir.name] = {k: r[k] for k in ("pca", "top1", "top5", "n_tasks", "n_records")}
-    from .metrics import random_topk_expectation
-
+    for name, pr in preds.items():
+        r = evaluate_predictions(d["task_ids"], d["labels"], pr, groups=d["groups"])
+        res[name] = {k: r[k] for k in ("pca", "top1", "top5", "n_tasks", "n_records")}
     res["random"] = {"pca": 0.5, "top1": random_topk_expectation(d["task_ids"], d["labels"], 1),
                      "top5": random_topk_expectation(d["task_ids"], d["labels"], 5)}
     (workdir / "evaluate").mkdir(parents=True, exist_ok=True)

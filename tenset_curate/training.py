@@ -282,13 +282,17 @@ def fit_on_frame(df: pl.DataFrame, kind: str, seed: int = 0, epochs: int = 10, d
 
 
 def training_frame(dataset: Path, split: str, kind: str, max_per_task: int | None = None, seed: int = 0,
-                   memory_check: bool = True, **hp) -> tuple[pl.DataFrame, dict, float | None]:
+                   memory_check: bool = True, keep_ids: pl.Series | None = None,
+                   **hp) -> tuple[pl.DataFrame, dict, float | None]:
     """What ``train_model`` reads: the records of the tasks that train (their test records too: the within-task
     statistics see them), and ``hp`` with the split's LambdaRank weight and fine-tuning hardware decided on the
     light ``split_index``, which still has every test record. The test records of tasks that do not train (all of
-    them on a network-, operator-, task- or zero-shot hardware-wise split) are never read whole. Returns the frame,
+    them on a network-, operator-, task- or zero-shot hardware-wise split) are never read whole. ``keep_ids``: the
+    training side keeps only these record ids (a pruned dataset's; the test part stays whole). Returns the frame,
     the hyperparameters and the share of test records whose task trains (``seen_task_share``)."""
     index = split_index(dataset, split, max_per_task, seed)
+    if keep_ids is not None:
+        index = index.filter((pl.col("part") == "test") | pl.col("record_id").is_in(keep_ids.implode()))
     hp = dict(hp)
     if kind == "attention" and hp.get("lambdarank_weight", "auto") == "auto":
         hp["lambdarank_weight"] = lambdarank_weight_for(index)
@@ -333,23 +337,18 @@ def _headline(r: dict) -> dict:
     return {k: round(float(r[k]), 4) for k in ("pca", "top1", "top5") if k in r}
 
 
-EVAL_CHUNK_RECORDS = 100_000  # evaluate_model reads, featurises and scores whole tasks this many records at a time
+EVAL_CHUNK_RECORDS = 100_000  # records of whole tasks read, featurised and scored at a time when scoring a part
 
 
-def evaluate_model(model_dir: Path, dataset: Path, split: str, part: str = "test",
-                   chunk_records: int = EVAL_CHUNK_RECORDS) -> dict:
-    """TenSet metrics of a saved model on one part of a split: overall, per operator class, per hardware, and per
-    task (``per_task``, its ``task_id`` the "hardware/task_id" the records name).
-
-    Reads the tasks with a record in the part (``split_index``'s ``tasks_of``), in chunks of whole tasks of about
-    ``chunk_records`` records: each chunk is read, featurised and scored, and only its predictions are kept, so
-    memory does not grow with the part (a TenSet-sized test part of a million records needs about 19 GB at once,
-    reports/train_scale.md). A task's records are featurised together, as its within-task statistics need; the
-    scores equal those of the whole part at once (tests/test_training_scale.py)."""
-    from .metrics import evaluate_predictions
-    from .model import load_model
-
-    m = load_model(model_dir, expected_feature_version=FEATURE_VERSION)
+def score_part(models: dict, dataset: Path, split: str, part: str = "test",
+               chunk_records: int = EVAL_CHUNK_RECORDS) -> tuple[dict, dict]:
+    """Predictions of each of ``models`` (name -> loaded model) on one part of a split, read in chunks of whole tasks
+    of about ``chunk_records`` records: each chunk is read, featurised and scored, and only its predictions are
+    kept, so memory does not grow with the part (a TenSet-sized test part of a million records needs about 19 GB at
+    once, reports/train_scale.md). Reads only the tasks with a record in the part (``split_index``'s ``tasks_of``);
+    a task's records are featurised together, as its within-task statistics need, so the predictions equal those
+    of the whole part at once (tests/test_training_scale.py). Returns (``{"task_ids"`` ("hardware/task_id"),
+    ``"labels"``, ``"groups"}``, ``{name: predictions}``), the part's records in the split's order."""
     index = split_index(dataset, split, tasks_of=part)
     if not (index["part"] == part).any():
         raise ValueError(f"split {split} has no valid records in part {part!r}")
@@ -357,15 +356,30 @@ def evaluate_model(model_dir: Path, dataset: Path, split: str, part: str = "test
     chunk = (tasks["len"].cum_sum() - tasks["len"]) // max(int(chunk_records), 1)  # whole tasks, in index order
     index = index.join(tasks.select("hardware", "task_id", pl.Series("chunk", chunk)), on=["hardware", "task_id"],
                        how="left", maintain_order="left")
-    names, labels, preds, groups = [], [], [], {}
+    names, labels, groups, preds = [], [], {}, {k: [] for k in models}
     for c in chunk.unique(maintain_order=True).to_list():
         df = read_rows(dataset, index.filter(pl.col("chunk") == c).drop("chunk"))
         d = part_arrays(df, part)
-        preds.append(m.predict(d))
+        for k, m in models.items():
+            preds[k].append(m.predict(d))
         labels.append(d["labels"])
-        sel = df["part"] == part
-        names.append(df.filter(sel).select(pl.concat_str(["hardware", "task_id"], separator="/"))[:, 0].to_numpy())
+        names.append(df.filter(pl.col("part") == part).select(
+            pl.concat_str(["hardware", "task_id"], separator="/"))[:, 0].to_numpy().astype(str))
         for k, v in d["groups"].items():
             groups.setdefault(k, []).append(v)
-    return evaluate_predictions(np.concatenate(names).astype(str), np.concatenate(labels), np.concatenate(preds),
-                                groups={k: np.concatenate(v) for k, v in groups.items()})
+    data = {"task_ids": np.concatenate(names), "labels": np.concatenate(labels),
+            "groups": {k: np.concatenate(v) for k, v in groups.items()}}
+    return data, {k: np.concatenate(v) for k, v in preds.items()}
+
+
+def evaluate_model(model_dir: Path, dataset: Path, split: str, part: str = "test",
+                   chunk_records: int = EVAL_CHUNK_RECORDS) -> dict:
+    """TenSet metrics of a saved model on one part of a split: overall, per operator class, per hardware, and per
+    task (``per_task``, its ``task_id`` the "hardware/task_id" the records name). Scored by ``score_part``, in chunks
+    of whole tasks."""
+    from .metrics import evaluate_predictions
+    from .model import load_model
+
+    m = load_model(model_dir, expected_feature_version=FEATURE_VERSION)
+    d, preds = score_part({"m": m}, dataset, split, part, chunk_records)
+    return evaluate_predictions(d["task_ids"], d["labels"], preds["m"], groups=d["groups"])

@@ -175,3 +175,25 @@ def test_verify_pipeline_dry_run_and_step_inputs(tmp_path):
     assert _allowed_kwargs(collect, {"seed": 1, "trials_per_iter": 8}, skip=()) == {"seed": 1, "trials_per_iter": 8}
     with pytest.raises(ValueError, match="unknown parameter"):
         _allowed_kwargs(verify, {"trails": 8}, skip=())
+
+
+def test_train_step_caps_programs_per_task_and_checks_memory(project, monkeypatch):
+    from tenset_curate import training as T
+
+    run(project / "p.toml", cwd=project)
+    full = json.loads((project / "runs/t/evaluate/metrics.json").read_text())
+    conv = project / "runs/t/convert"
+    cfg = json.loads((project / "runs/t/train/gbdt-full/config.json").read_text())
+    assert cfg["data_manifest_hash"] == T.data_hash(conv, "within_task")
+    s = run(project / "p.toml", cwd=project, overrides=["train.max_per_task=20"])
+    assert [r["status"] for r in s["steps"]][3:5] == ["ran", "ran"]
+    cfg = json.loads((project / "runs/t/train/gbdt-full/config.json").read_text())
+    assert cfg["data_manifest_hash"] == T.data_hash(conv, "within_task", 20, 0)
+    capped = json.loads((project / "runs/t/evaluate/metrics.json").read_text())
+    for name in ("gbdt-full", "gbdt-pruned"):  # the same test records, scored by models trained on fewer
+        assert capped[name]["n_records"] == full[name]["n_records"] > 100
+        assert capped[name]["pca"] != full[name]["pca"]
+    # a machine too small for the split: the step stops before reading the records, naming the way out
+    monkeypatch.setattr(T, "available_memory", lambda: 10 * T.BYTES_PER_TRAINING_RECORD)
+    with pytest.raises(PipelineError, match="step train failed: .*--max-per-task"):
+        run(project / "p.toml", cwd=project, overrides=["train.seed=1"])
