@@ -154,15 +154,20 @@ FEATURE_SLICE = 16_384  # rows featurized at once inside a unit
 SIDE_TABLES = ("workloads", "networks")  # per-task tables of a dataset, copied whole into a pruned dataset
 
 
+def record_files(dataset: Path) -> list[Path]:
+    """A dataset's record shards, sorted; FileNotFoundError naming the dataset when it has none."""
+    files = sorted((Path(dataset) / "records").glob("*/*.parquet"))
+    if not files:
+        raise FileNotFoundError(f"{dataset}: no record shards under records/ (run curate convert first)")
+    return files
+
+
 def load_records(dataset: Path, columns: list[str] | None = None, where: pl.Expr | None = None,
                  sort: bool = True) -> pl.DataFrame:
     """A dataset's records sorted by (hardware, task_id, record_id) (``sort=False``: in shard order, without the
     sort's copy of the frame): ``columns`` only, and only the rows ``where`` holds (applied as each row group is
     read, so rows left out never sit in memory with their other columns)."""
-    files = sorted((Path(dataset) / "records").glob("*/*.parquet"))
-    if not files:
-        raise FileNotFoundError(f"{dataset}: no record shards under records/ (run curate convert first)")
-    lf = pl.scan_parquet(files, hive_partitioning=False)
+    lf = pl.scan_parquet(record_files(dataset), hive_partitioning=False)
     if where is not None:
         lf = lf.filter(where)
     if columns is not None:
@@ -589,9 +594,7 @@ def plan_units(dataset: Path, unit_records: int = UNIT_RECORDS) -> list[dict]:
     import pyarrow.parquet as pq
 
     root = Path(dataset)
-    shards = sorted((root / "records").glob("*/*.parquet"))
-    if not shards:
-        raise FileNotFoundError(f"{dataset}: no record shards under records/ (run curate convert first)")
+    shards = record_files(root)
     parent = list(range(len(shards)))
 
     def find(i: int) -> int:

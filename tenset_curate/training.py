@@ -17,7 +17,7 @@ import polars as pl
 from .features import FEATURE_VERSION, RowView, TaskCentredTokens, featurize, operator_classes, task_relative
 from .labels import with_labels
 from .model import _task_groups
-from .prune import load_records
+from .prune import load_records, record_files
 
 MODEL_KINDS = ["attention", "mlp", "gbdt"]
 SEEN_TASK_LAMBDARANK_WEIGHT = 0.25  # attention's LambdaRank weight when the test tasks are trained on (see below)
@@ -75,13 +75,6 @@ def split_index(dataset: Path, split: str, max_per_task: int | None = None, seed
                  .filter(~side | (pl.col("u").rank("ordinal").over("hardware", "task_id", side) <= max_per_task))
                  .drop("u"))
     return light.join(ops, on="task_id", how="left", maintain_order="left")
-
-
-def record_files(dataset: Path) -> list[Path]:
-    files = sorted((Path(dataset) / "records").glob("*/*.parquet"))
-    if not files:
-        raise FileNotFoundError(f"{dataset}: no record shards under records/ (run curate convert first)")
-    return files
 
 
 def task_operator_classes(files: list[Path]) -> pl.DataFrame:
