@@ -270,9 +270,13 @@ def evaluate(
     json_out: bool = typer.Option(False, "--json"),
 ):
     """TenSet metrics (PCA, top-1, top-5) of a model on a split part, overall, per operator and hardware."""
+    from .model import ModelLoadError
     from .training import evaluate_model
 
-    s = evaluate_model(model_dir, dataset, split, part)
+    try:
+        s = evaluate_model(model_dir, dataset, split, part)
+    except (ValueError, FileNotFoundError, ModelLoadError) as e:
+        _fail(str(e))
     if json_out:
         _print_json(s)
     else:

@@ -61,6 +61,13 @@ def split_index(dataset: Path, split: str, max_per_task: int | None = None, seed
               .filter(pl.col("is_valid")).select("record_id", "hardware", "task_id", "best_cost", "label")
               .collect().unique("record_id", keep="first", maintain_order=True))  # the costs lists never held
     light = sp.join(labels, on="record_id", how="inner", maintain_order="left")  # the split's order: the rows' order
+    if light.is_empty() and sp.height:
+        known = sp.join(pl.scan_parquet(files, hive_partitioning=False).select("record_id").collect(),
+                        on="record_id", how="semi").height
+        raise ValueError(f"split {split} of {dataset}: none of its {sp.height:,} records is a valid record of the "
+                         + ("dataset (they all failed when measured)" if known else
+                            "dataset: the split was made from another dataset, or before the records were replaced; "
+                            "make it again with curate splits make"))
     light = light.select("record_id", "hardware", "task_id", "best_cost", "label", "part")
     ops = task_operator_classes(files)
     if tasks_of is not None:
@@ -280,6 +287,8 @@ def fit_on_frame(df: pl.DataFrame, kind: str, seed: int = 0, epochs: int = 10, d
     m = make_model(kind, seed, epochs, device, progress, data_manifest_hash=data_manifest_hash, **hp)
     valid = _part(d, part == "valid") if (part == "valid").any() else None
     rows = np.flatnonzero(part == "train")
+    if rows.size == 0:
+        raise ValueError("the split has no valid records in its train part: nothing to train on")
     if balance_hardware:
         rows = balanced_rows(rows, d["groups"]["hardware"])
     m.fit(_part(d, rows), valid)

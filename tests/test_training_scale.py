@@ -178,3 +178,25 @@ def test_training_reads_only_the_tasks_that_train_and_trains_the_same_model(ds, 
     train_model(ds, "scale_hw", "attention", tmp_path / "a", epochs=1, seed=0, progress=False, num_threads=1)
     ref, _ = fit_on_frame(full, "attention", seed=0, epochs=1, num_threads=1)
     assert np.array_equal(load_model(tmp_path / "a").predict(test), ref.predict(test))
+
+
+def test_a_split_of_another_dataset_or_a_missing_model_is_a_clear_error(ds, tmp_path):
+    """A split file whose record ids are not the dataset's (made from another dataset, or before the records were
+    replaced) is refused by name before anything trains; evaluate names a model directory that is not one."""
+    sp = read_split(ds, "scale_wt")
+    flipped = sp.with_columns(pl.col("record_id").str.reverse())  # same shape, ids no record of the dataset has
+    assert not flipped["record_id"].is_in(sp["record_id"].implode()).any()
+    flipped.write_parquet(ds / "splits" / "scale_alien.parquet")
+    try:
+        with pytest.raises(ValueError, match="split scale_alien of .*another dataset"):
+            labelled_split(ds, "scale_alien")
+        r = CliRunner().invoke(app, ["train", str(ds), "--split", "scale_alien", "--model", "gbdt", "--out",
+                                     str(tmp_path / "m")])
+        assert r.exit_code == 2 and "another dataset" in r.output and "Traceback" not in r.output
+        assert not (tmp_path / "m").exists()
+    finally:
+        (ds / "splits" / "scale_alien.parquet").unlink()
+    r = CliRunner().invoke(app, ["evaluate", str(tmp_path / "nomodel"), str(ds), "--split", "scale_wt"])
+    assert r.exit_code == 2 and "no config.json in" in r.output
+    r = CliRunner().invoke(app, ["evaluate", str(tmp_path / "nomodel"), str(ds), "--split", "nosuch"])
+    assert r.exit_code == 2
