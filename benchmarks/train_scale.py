@@ -18,7 +18,7 @@ The copies repeat the same work under new names, so a held-out task's twin from 
 metrics printed are not a transfer result; the run measures time and memory.
 
 Measured before ``curate evaluate`` read in chunks of whole tasks (session 20, same machine, same model): the
-evaluate row took 79 s at a 13.7 GB peak (now about 115 s at 4.5 GB).
+evaluate row took 79 s at a 13.7 GB peak (now 119 s at 4.5 GB).
 
 Writes reports/train_scale.md/.json.
 """
