@@ -128,8 +128,12 @@ def prune(
     from .storage import OutputError
 
     try:
+        if evaluate:  # refused before pruning starts, not after it has run
+            from .evaluate_prune import check_evaluation_memory
+
+            check_evaluation_memory(dataset)
         s = run(dataset, out, ratio, method, seed, min_keep, executor=executor, workers=workers, address=address)
-    except (ValueError, FileNotFoundError, OutputError) as e:
+    except (ValueError, FileNotFoundError, OutputError, MemoryError) as e:
         _fail(str(e))
     if evaluate:
         from .evaluate_prune import evaluate_pruning

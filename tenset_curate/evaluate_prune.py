@@ -79,6 +79,20 @@ def evaluate_methods(dataset: Path, ratios: list[float], methods: list[str], see
     return rows
 
 
+def check_evaluation_memory(dataset: Path) -> None:
+    """MemoryError, before anything runs, when ``evaluate_pruning`` could not hold ``dataset`` in memory: it featurises
+    every record and trains its proxy on all of them at once (about as much a record as ``curate train``)."""
+    import pyarrow.parquet as pq
+
+    from .prune import record_files
+    from .training import check_training_memory
+
+    n = sum(pq.ParquetFile(f).metadata.num_rows for f in record_files(dataset))
+    check_training_memory(n, f"curate prune --evaluate on {dataset}", way_out=(
+        "The evaluation trains its proxy on every record at once: prune without --evaluate, and evaluate on a "
+        "subset (one hardware's logs converted apart, or benchmarks/prune.py on a sample of the tasks)."))
+
+
 def evaluate_pruning(dataset: Path, pruned: Path | None, ratio: float, method: str = "hybrid", seed: int = 0) -> dict:
     """What ``curate prune --evaluate`` prints: full vs method vs random at one ratio, one seed."""
     rows = evaluate_methods(dataset, [ratio], [method, "random"], [seed])

@@ -124,7 +124,12 @@ def available_memory() -> int | None:
     return None
 
 
-def check_training_memory(records: int, what: str, available: int | None = None) -> None:
+TRAIN_WAY_OUT = ("Cap the programs per task (curate train --max-per-task N), prune first (curate prune --ratio R), "
+                 "train per hardware, or pass --no-memory-check to try anyway.")
+
+
+def check_training_memory(records: int, what: str, available: int | None = None,
+                          way_out: str = TRAIN_WAY_OUT) -> None:
     """Raise MemoryError, naming the way out, when ``records`` would take more than the memory available to train on
     (``BYTES_PER_TRAINING_RECORD`` each: the frame, the token tensor and the model's arrays)."""
     available = available_memory() if available is None else available
@@ -135,8 +140,7 @@ def check_training_memory(records: int, what: str, available: int | None = None)
     raise MemoryError(
         f"{what}: {records:,} records would need about {need / 2**30:.1f} GiB to train on (about "
         f"{BYTES_PER_TRAINING_RECORD // 1000} KB each), and {available / 2**30:.1f} GiB is available, enough for about "
-        f"{fits:,}. Cap the programs per task (curate train --max-per-task N), prune first (curate prune --ratio R), "
-        f"train per hardware, or pass --no-memory-check to try anyway.")
+        f"{fits:,}. {way_out}")
 
 
 def arrays(df: pl.DataFrame) -> dict:

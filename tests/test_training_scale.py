@@ -200,3 +200,25 @@ def test_a_split_of_another_dataset_or_a_missing_model_is_a_clear_error(ds, tmp_
     assert r.exit_code == 2 and "no config.json in" in r.output
     r = CliRunner().invoke(app, ["evaluate", str(tmp_path / "nomodel"), str(ds), "--split", "nosuch"])
     assert r.exit_code == 2
+
+
+def test_prune_evaluate_reports_full_method_and_random_and_refuses_a_dataset_too_big_first(k80_three_logs_dataset,
+                                                                                            tmp_path, monkeypatch):
+    ds3 = k80_three_logs_dataset
+    r = CliRunner().invoke(app, ["prune", str(ds3), "--ratio", "0.45", "--out", str(tmp_path / "p"), "--evaluate",
+                                 "--json"])
+    assert r.exit_code == 0, r.output
+    ev = json.loads(r.stdout)["evaluation"]
+    assert set(ev) == {"full", "hybrid", "random"}
+    assert all(0.5 < v["pca"] <= 1 and 0 < v["top1"] <= 1 for v in ev.values())
+    # the same proxy on the same test records: full data keeps every valid training record, both prunings 55% of them
+    assert ev["hybrid"]["kept"] == ev["random"]["kept"]
+    assert abs(ev["hybrid"]["kept"] / ev["full"]["kept"] - 0.55) < 0.03
+    # a machine too small for the evaluation: refused before the pruning runs, the way out named
+    import tenset_curate.training as T
+    monkeypatch.setattr(T, "available_memory", lambda: 100 * BYTES_PER_TRAINING_RECORD)
+    r = CliRunner().invoke(app, ["prune", str(ds3), "--ratio", "0.45", "--out", str(tmp_path / "q"), "--evaluate"])
+    assert r.exit_code == 2 and "curate prune --evaluate on" in r.output and "without --evaluate" in r.output
+    assert not (tmp_path / "q").exists()
+    r = CliRunner().invoke(app, ["prune", str(ds3), "--ratio", "0.45", "--out", str(tmp_path / "q")])
+    assert r.exit_code == 0, r.output  # pruning alone streams units: no check
