@@ -3,7 +3,8 @@
     python benchmarks/transfer_limits.py tasks  [--split-seeds 0 1 2] [--models attention gbdt]
     python benchmarks/transfer_limits.py pooled [--split-seeds 0 1 2] [--models attention gbdt]
     python benchmarks/transfer_limits.py epochs [--splits no_depthwise k80_mi50] [--seeds 0]
-    python benchmarks/transfer_limits.py cap    [--splits k80_tasks within_k80] [--split-seeds 0 1 2] [--caps 90 180 360]
+    python benchmarks/transfer_limits.py cap    [--splits k80_tasks within_k80] [--split-seeds 0 1 2] [--caps 90 180 360] \
+        [--seeds 0]
 
 Reads the datasets and splits of ``benchmarks/model_splits.py`` (cached under --work); the product's defaults, 24
 epochs, attention with one thread; one JSON line per run (PCA / top-1 / top-5 on the test part).
@@ -115,9 +116,10 @@ def cap_curve(ds: dict, a) -> None:
                 df = split_frame(ds, split, ss, max_per_task=cap, seed=0)
                 tasks = df.filter(pl.col("part") == "train").select("hardware", "task_id").n_unique()
                 for kind in a.models:
-                    print(json.dumps({"mode": "cap", "split": split, "split_seed": ss, "max_per_task": cap,
-                                      "train_tasks": tasks, "model": kind, **_score(df, kind, 0, a.epochs)}),
-                          flush=True)
+                    for seed in a.seeds:
+                        print(json.dumps({"mode": "cap", "split": split, "split_seed": ss, "max_per_task": cap,
+                                          "train_tasks": tasks, "model": kind, "seed": seed,
+                                          **_score(df, kind, seed, a.epochs)}), flush=True)
 
 
 def main() -> None:
