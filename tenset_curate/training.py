@@ -71,9 +71,7 @@ def split_index(dataset: Path, split: str, max_per_task: int | None = None, seed
     light = light.select("record_id", "hardware", "task_id", "best_cost", "label", "part")
     ops = task_operator_classes(files)
     if tasks_of is not None:
-        parts = [tasks_of] if isinstance(tasks_of, str) else list(tasks_of)
-        light = light.join(light.filter(pl.col("part").is_in(parts)).select("hardware", "task_id").unique(),
-                           on=["hardware", "task_id"], how="semi", maintain_order="left")
+        light = tasks_with(light, [tasks_of] if isinstance(tasks_of, str) else list(tasks_of))
     if max_per_task is not None:
         if max_per_task < 2:
             raise ValueError("max_per_task must be at least 2 (a ranking needs two records of a task)")
@@ -93,6 +91,12 @@ def task_operator_classes(files: list[Path]) -> pl.DataFrame:
     rows = (lf.filter(pl.col("record_id").is_in(first.implode())).select("record_id", "task_id", *OPERATOR_INPUTS)
             .collect().sort("record_id"))
     return operator_classes(rows).select("task_id", "op_class")
+
+
+def tasks_with(index: pl.DataFrame, parts: list[str]) -> pl.DataFrame:
+    """The rows of ``index`` whose (hardware, task) has a record in one of ``parts``, every part of theirs, in order."""
+    keys = index.filter(pl.col("part").is_in(parts)).select("hardware", "task_id").unique()
+    return index.join(keys, on=["hardware", "task_id"], how="semi", maintain_order="left")
 
 
 def read_rows(dataset: Path, index: pl.DataFrame) -> pl.DataFrame:
@@ -324,8 +328,7 @@ def training_frame(dataset: Path, split: str, kind: str, max_per_task: int | Non
         hp["lambdarank_weight"] = lambdarank_weight_for(index)
     hp["fine_tune"] = fine_tune_hardware(index, hp.get("fine_tune", "auto"))
     share = seen_task_share(index)
-    index = index.join(index.filter(pl.col("part").is_in(["train", "valid"])).select("hardware", "task_id").unique(),
-                       on=["hardware", "task_id"], how="semi", maintain_order="left")
+    index = tasks_with(index, ["train", "valid"])
     if memory_check:
         check_training_memory(index.height, f"split {split} of {dataset}")
     return read_rows(dataset, index), hp, share
