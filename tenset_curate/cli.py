@@ -293,11 +293,12 @@ def report_pca(
     dataset: Path = typer.Option(Path("data/sample-cpu"), "--dataset"),
     out: Path = typer.Option(Path("reports/pca.md"), "--out", "-o"),
     epochs: int = typer.Option(24),
+    workers: int = typer.Option(2, help="processes training the report's models (the report is the same for any)"),
 ):
     """Train and evaluate the baselines and the attention model on the dataset's splits; one Markdown table."""
     from .report import pca_report
 
-    typer.echo(f"wrote {pca_report(dataset, out, epochs=epochs)}")
+    typer.echo(f"wrote {pca_report(dataset, out, epochs=epochs, workers=workers)}")
 
 
 @app.command()
