@@ -219,6 +219,10 @@ def train(
         "auto", help="attention: the weight of LambdaRank beside RankNet in the loss; auto: 0.25 when most test "
                      "records are of tasks the model trains on (within-task, few-shot), else 0.05 (unseen tasks, "
                      "operators, hardware); give 0.05 for a model that will rank tasks it has not seen"),
+    diverse_top_k: str = typer.Option(
+        "auto", help="attention: order each task's first k programs as diverse picks among its best-scored 4% "
+                     "(AutoTVM's submodular pick over schedule steps); auto: 5 when most test records are of tasks "
+                     "the model does not train on (or there is no test part), else 0 (the plain order)"),
     fine_tune: str = typer.Option("auto", help="after training, go on training on these hardware's training "
                                   "records alone (comma-separated names); auto: the test hardware of a few-shot "
                                   "split (it also trains, beside other hardware); none: never"),
@@ -239,13 +243,9 @@ def train(
     hp = {} if task_relative is None else {"task_relative": task_relative}
     if model == "attention" and (task_relative is False or raw_tokens):
         hp["token_relative"] = False
-    if lambdarank_weight != "auto":
-        if model != "attention":
-            raise typer.BadParameter("--lambdarank-weight applies to --model attention only")
-        try:
-            hp["lambdarank_weight"] = float(lambdarank_weight)
-        except ValueError:
-            raise typer.BadParameter(f"--lambdarank-weight must be auto or a number, not {lambdarank_weight!r}")
+    for name, value, kind in (("lambdarank_weight", lambdarank_weight, float), ("diverse_top_k", diverse_top_k, int)):
+        if value != "auto":
+            hp[name] = _attention_number(name, value, kind, model)
     try:
         s = train_model(dataset, split, model, out, epochs=epochs, device=device, seed=seed,
                         progress=not json_out, balance_hardware=balance_hardware, fine_tune=fine_tune,
@@ -258,11 +258,24 @@ def train(
     ft = s.get("fine_tuned")
     lw = "" if "lambdarank_weight" not in s else f"; LambdaRank weight {s['lambdarank_weight']:g}" + (
         "" if s["test_records_of_trained_tasks"] is None or lambdarank_weight != "auto" else
-        f" ({s['test_records_of_trained_tasks']:.0%} of the test records are of tasks it trains on)")
+        f" ({s['test_records_of_trained_tasks']:.0%} of the test records are of tasks it trains on)") + (
+        f"; diverse top-{s['diverse_top_k']} picks" if s.get("diverse_top_k") else "")
     typer.echo(f"model {model} -> {out}: valid {s.get('valid')}{lw}" + (
         f"; fine-tuned on {', '.join(ft['hardware'])} ({ft['records']} records, "
         + ("kept the weights before it" if ft["best_epoch"] is None else f"best at fine-tuning step {ft['best_epoch']}")
         + ")" if ft else ""))
+
+
+def _attention_number(name: str, value: str, kind: type, model: str):
+    """An attention-only option that is ``auto`` or a number (``kind``: float or int), as a number."""
+    flag = "--" + name.replace("_", "-")
+    if model != "attention":
+        raise typer.BadParameter(f"{flag} applies to --model attention only")
+    try:
+        return kind(value)
+    except ValueError:
+        raise typer.BadParameter(f"{flag} must be auto or a {'number' if kind is float else 'whole number'}, "
+                                 f"not {value!r}")
 
 
 @app.command()

@@ -216,6 +216,76 @@ def task_relative_inputs(data: dict, flat: np.ndarray) -> np.ndarray:
 WORKLOAD_ARG_COLUMNS = np.array([i for i, n in enumerate(FLAT_NAMES) if n.startswith("wl_arg")])
 
 
+DIVERSE_SHARE = 0.04  # diverse picks come from a task's best-scored 4% (at least k; reports/model_splits.md)
+
+
+def token_rows(tokens, mask: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """[len(rows), L] int ids of the given records' token rows, equal ids for equal rows (value by value) at any
+    position; -1 for padding."""
+    msk = np.asarray(mask[rows], dtype=bool)
+    tok = np.where(msk[:, :, None], np.asarray(tokens[rows], dtype=np.float32), 0) + np.float32(0)  # -0.0 -> 0.0
+    n, L, D = tok.shape
+    # each row's bytes as one opaque value: unique on them is a byte sort, 25x faster than unique(axis=0)
+    _, ids = np.unique(np.ascontiguousarray(tok).reshape(n * L, D).view(np.dtype((np.void, 4 * D))).ravel(),
+                       return_inverse=True)
+    ids = ids.reshape(n, L).astype(np.int64)
+    ids[~msk] = -1
+    return ids
+
+
+def submodular_picks(rows: np.ndarray, k: int) -> list[int]:
+    """Positions of ``k`` picks among candidates in the model's order (``rows``: ``token_rows`` of each candidate):
+    the first candidate, then each time the candidate with the most token rows no pick has at that position (ties:
+    the earlier candidate). AutoTVM's ``submodular_pick`` (tvm/autotvm/tuner/model_based_tuner.py) with a knob per
+    token position and its score weight 0, as its ``ModelBasedTuner`` calls it."""
+    n, L = rows.shape
+    k = min(k, n)
+    if k == 0:
+        return []
+    real = rows >= 0
+    covered = np.zeros((L, int(rows.max()) + 2), dtype=bool)  # [position, row id]
+    pos = np.broadcast_to(np.arange(L), rows.shape)
+    picks, free = [0], np.ones(n, dtype=bool)
+    while True:
+        p = picks[-1]
+        free[p] = False
+        covered[np.arange(L)[real[p]], rows[p][real[p]]] = True
+        if len(picks) == k:
+            return picks
+        new = (real & ~covered[pos, np.where(real, rows, 0)]).sum(axis=1)
+        new[~free] = -1
+        picks.append(int(np.argmax(new)))  # argmax: the first of the ties, i.e. the one the model ranks higher
+
+
+def diverse_top_k(scores: np.ndarray, task_ids: np.ndarray, tokens, mask: np.ndarray, k: int = 5,
+                  share: float = DIVERSE_SHARE) -> np.ndarray:
+    """Scores whose order puts, first in each task, ``k`` diverse picks among the task's best-scored ``share`` of
+    its records (at least ``k``; ``submodular_picks``: the model's best, then the programs that add the most
+    schedule steps the picks do not have yet). Only those records change places, by taking each other's score
+    values (the largest value goes to the first pick, and so on): the rest of the order and every score value
+    stay, and a task of at most ``k / share`` records keeps its top k as a set.
+
+    Why: on hardware, operators or tasks the model has not trained on, its best-scored programs tend to share one
+    habit of the training data (session 9: the zero-shot MI50 picks kept K80's virtual threads on batch and
+    channel), so one wrong habit costs all five picks; picks that differ hedge it, as AutoTVM's diversity-aware
+    selection of the programs it measures does. Measured in reports/model_splits.md, "Diverse top-5 picks"."""
+    out = np.asarray(scores, dtype=np.float64).copy()
+    if k < 2:
+        return out
+    task_order, _, starts, counts = _metrics.task_slices(np.asarray(task_ids))
+    for s, c in zip(starts, counts):
+        idx = task_order[s: s + c]
+        m = min(int(c), max(k, math.ceil(share * c)))
+        if m < 2:
+            continue
+        top = idx[np.argsort(-out[idx], kind="stable")[:m]]
+        picks = submodular_picks(token_rows(tokens, mask, top), k)
+        chosen = np.zeros(m, dtype=bool)
+        chosen[picks] = True
+        out[top[picks + list(np.flatnonzero(~chosen))]] = out[top]
+    return out
+
+
 def without_workload_args(flat: np.ndarray) -> np.ndarray:
     """``flat`` (laid out as ``features.FLAT_NAMES``, possibly followed by more columns) with the workload-argument
     columns set to 0, for a model with ``workload_args=False``. The arguments are one task's shape, the same for
@@ -1000,10 +1070,20 @@ class AttentionRanker(_TorchRanker):
         d_model=32, n_heads=2, n_layers=1, ff_mult=2, dropout=0.0, head_hidden=64,
         use_flat=True, input_clip=20.0, lr=5e-3, epochs=30, patch=4, attn_impl="math",
         loss="ranknet+lambdarank", tasks_per_batch=16, records_per_task=32, infer_batch_size=1024,
-        task_relative=True, token_relative=True, workload_args=False,
+        task_relative=True, token_relative=True, workload_args=False, diverse_top_k=0, diverse_share=DIVERSE_SHARE,
     )
     _legacy_hparams = dict(patch=1, attn_impl="sdpa", task_relative=False, token_relative=False, workload_args=True,
                            lambdarank_weight=0.05)
+
+    def predict(self, data: dict) -> np.ndarray:
+        """Scores, higher = faster; with ``diverse_top_k`` = k > 1 and ``task_ids`` given, each task's first k in
+        the order are diverse picks (``diverse_top_k``). Validation during training scores without them."""
+        scores = super().predict(data)
+        k = int(self.hparams.get("diverse_top_k") or 0)
+        if k > 1 and data.get("task_ids") is not None:
+            scores = diverse_top_k(scores, data["task_ids"], data["tokens"], data["mask"], k,
+                                   float(self.hparams.get("diverse_share") or DIVERSE_SHARE))
+        return scores
 
     def _feature_arrays(self, data: dict) -> dict:
         tokens = _as(data, "tokens", np.float32, 3)

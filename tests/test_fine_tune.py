@@ -4,6 +4,7 @@ in, the rest of roller-mi50 tested."""
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -158,3 +159,87 @@ def test_cli_prints_the_lambdarank_weight_and_takes_one(ds, tmp_path):
     r = CliRunner().invoke(app, ["train", str(ds), "--model", "gbdt", "--split", "ft_zs", "--out", str(tmp_path / "d"),
                                  "--lambdarank-weight", "0.1"])
     assert r.exit_code == 2 and "attention only" in r.output
+
+
+def test_submodular_picks_take_the_best_then_the_most_new_steps():
+    """AutoTVM's rule with a knob per token position: the model's first candidate, then the one with the most token
+    rows no pick has at that position (ties: the one the model ranks higher); padding (-1) never counts."""
+    import numpy as np
+
+    from tenset_curate.model import submodular_picks
+
+    rows = np.array([[0, 1, 2, -1],   # the model's best
+                     [0, 1, 2, -1],   # a repeat of it: nothing new
+                     [0, 1, 3, -1],   # one new step
+                     [4, 5, 2, -1],   # two new steps
+                     [0, 6, 2, 9],    # two new steps too (a step where the best has padding counts): ranked lower
+                     [0, 1, 2, 8]])
+    assert submodular_picks(rows, 1) == [0]
+    assert submodular_picks(rows, 3) == [0, 3, 4]  # after [3], row 4 still has 6 and 9 new, row 2 only 3
+    assert submodular_picks(rows, 6) == [0, 3, 4, 2, 5, 1]  # then 2 (3 new), 5 (8 new), the repeat last
+    assert submodular_picks(rows, 9) == submodular_picks(rows, 6)
+
+
+def test_auto_diverse_top_k_reorders_only_the_top_of_tasks_the_model_has_not_seen(ds, tmp_path):
+    """``diverse_top_k="auto"`` (training.diverse_top_k_for): 5 when the test tasks do not train (zero-shot
+    hardware here, real roller logs), 0 when they do (within-task). With 5, each task's best-scored program stays
+    first, only the task's best-scored 4% (at least 5) change places, by trading score values (each task keeps
+    its values), and the first five differ from one another in their schedule steps more than the plain top five
+    do; the plain order's PCA moves by less than 0.005. Saved and loaded, the model predicts the same."""
+    import numpy as np
+    import polars as pl
+
+    from tenset_curate.metrics import evaluate_predictions, task_slices
+    from tenset_curate.model import DIVERSE_SHARE, AttentionRanker, load_model, token_rows
+    from tenset_curate.training import _part, diverse_top_k_for, part_arrays
+
+    within, zs = labelled_split(ds, "ft_within"), labelled_split(ds, "ft_zs")
+    assert diverse_top_k_for(within) == 0 and diverse_top_k_for(zs) == 5
+    assert diverse_top_k_for(within.filter(pl.col("part") != "test")) == 5  # no test part: a model for new tasks
+    small = dict(epochs=2, num_threads=1, fine_tune=None)
+    assert fit_on_frame(within, "attention", **small)[0].hparams["diverse_top_k"] == 0
+    assert "diverse_top_k" not in fit_on_frame(zs, "gbdt", n_estimators=5, num_threads=1, fine_tune=None)[0].hparams
+    m, d = fit_on_frame(zs, "attention", **small)
+    assert m.hparams["diverse_top_k"] == 5 and m.hparams["diverse_share"] == DIVERSE_SHARE
+    test = _part(d, zs["part"].to_numpy() == "test")
+    plain, diverse = AttentionRanker.__mro__[1].predict(m, test), m.predict(test)
+    order, _, starts, counts = task_slices(test["task_ids"])
+    more_varied = 0
+    for s, c in zip(starts, counts):
+        idx = order[s: s + c]
+        top = idx[np.argsort(-plain[idx], kind="stable")]
+        assert np.argmax(diverse[idx]) == np.argmax(plain[idx])
+        n_pool = max(5, math.ceil(DIVERSE_SHARE * c))
+        pool = top[:n_pool]
+        assert np.array_equal(diverse[top[n_pool:]], plain[top[n_pool:]])
+        assert np.array_equal(np.sort(diverse[pool]), np.sort(plain[pool]))
+        first5 = idx[np.argsort(-diverse[idx], kind="stable")[:5]]
+        ids = token_rows(test["tokens"], test["mask"], np.concatenate([first5, top[:5]]))
+        steps = [len({(j, v) for r in part for j, v in enumerate(r) if v >= 0}) for part in (ids[:5], ids[5:])]
+        more_varied += steps[0] >= steps[1]  # distinct (position, step) pairs over the five
+    assert more_varied == len(starts)
+    assert (diverse != plain).any()
+    a, b = (evaluate_predictions(test["task_ids"], test["labels"], p)["pca"] for p in (plain, diverse))
+    assert abs(a - b) < 0.005
+    m.save(tmp_path / "m")
+    assert np.array_equal(load_model(tmp_path / "m").predict(test), diverse)
+    assert np.array_equal(m.predict(part_arrays(zs, "test")), diverse)
+
+
+def test_curate_train_diverse_top_k_option(ds, tmp_path):
+    """``curate train --diverse-top-k``: auto (the split's rule) or a whole number, kept in the model directory;
+    attention only; anything else is refused naming the option."""
+    from typer.testing import CliRunner
+
+    from tenset_curate.cli import app
+
+    base = ["train", str(ds), "--split", "ft_zs", "--epochs", "1", "--fine-tune", "none", "--json"]
+    r = CliRunner().invoke(app, base + ["--model", "attention", "--out", str(tmp_path / "a")])
+    assert r.exit_code == 0 and json.loads(r.output)["diverse_top_k"] == 5
+    r = CliRunner().invoke(app, base + ["--model", "attention", "--out", str(tmp_path / "b"), "--diverse-top-k", "0"])
+    assert r.exit_code == 0 and json.loads(r.output)["diverse_top_k"] == 0
+    assert json.loads((tmp_path / "b" / "config.json").read_text())["hparams"]["diverse_top_k"] == 0
+    r = CliRunner().invoke(app, base + ["--model", "attention", "--out", str(tmp_path / "c"), "--diverse-top-k", "x"])
+    assert r.exit_code == 2 and "--diverse-top-k must be auto or a whole number" in r.output
+    r = CliRunner().invoke(app, base + ["--model", "gbdt", "--out", str(tmp_path / "d"), "--diverse-top-k", "3"])
+    assert r.exit_code == 2 and "--diverse-top-k applies to --model attention only" in r.output
