@@ -12,8 +12,10 @@ such path: its ``MKL_CBWR=COMPATIBLE`` branch (what this module used until sessi
 report (MLP rows moved by up to 0.35), so the report's models train inside ``mkl_free_numerics``, which keeps MKL out
 of the computation altogether: products in ATen's own kernels, and the few functions ATen hands to MKL's vector
 maths (exp, log, log2, sqrt: Adam's too) in MKL-free forms. Checked by regenerating the report under another MKL
-branch (``tests/test_report.py``). What is left to the CPU is the C library's choice of its FMA or SSE2 variants
-of pow and log1p (the same on every x86-64 CPU since 2013). The library versions are pinned for CI by
+branch (``tests/test_report.py``). What is left to the CPU is the C library's run-time choice among its own
+variants of some maths functions (glibc's pow has an FMA one, taken on every x86-64 CPU with FMA: Intel since 2013,
+AMD since 2012). Checked across vendors: the committed report was written on an AMD EPYC until session 20 and on an
+Intel Xeon since; the MKL-free form has not yet been regenerated on AMD. The library versions are pinned for CI by
 ``tests/constraints.txt``.
 
 Splits: within-task always; operator-wise (the most common non-trivial operator class held out) when the data has two
