@@ -14,7 +14,7 @@ of the computation altogether: products in ATen's own kernels, and the few funct
 maths (exp, log, log2, sqrt: Adam's too) in MKL-free forms. Checked by regenerating the report under another MKL
 branch (``tests/test_report.py``). What is left to the CPU is the C library's run-time choice among its own
 variants of some maths functions (glibc's pow has an FMA one, taken on every x86-64 CPU with FMA: Intel since 2013,
-AMD since 2012). Checked across vendors: the committed report was written on an AMD EPYC until session 20 and on an
+AMD since 2012). Across vendors: the committed report was written on an AMD EPYC until session 20 and on an
 Intel Xeon since; the MKL-free form has not yet been regenerated on AMD. The library versions are pinned for CI by
 ``tests/constraints.txt``.
 
