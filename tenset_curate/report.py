@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import math
 import os
 import platform
 import shutil
@@ -169,8 +170,6 @@ def _sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, sca
 
 def _exp(x):
     """exp(x) as pow(e, x) in float64 (ATen's pow kernel, the C library's pow), rounded to x's dtype."""
-    import math
-
     import torch
 
     return torch.pow(math.e, x.double()).to(x.dtype)
@@ -182,8 +181,6 @@ def _log(x):
 
 
 def _log2(x):
-    import math
-
     return x.double().sub(1).log1p().div(math.log(2.0)).to(x.dtype)
 
 
@@ -194,6 +191,11 @@ def _sqrt(x):
 
 MKL_FREE_UNARY = {"exp": _exp, "log": _log, "log2": _log2, "sqrt": _sqrt}
 MKL_ONLY_UNARY = ("tanh", "erf", "erfc", "erfinv", "log10", "sin", "cos", "tan", "acos", "asin", "atan", "trunc")
+
+
+def _foreach_inplace(f, xs) -> None:
+    for x in xs:
+        x.copy_(f(x))
 
 
 def _unsupported(name):
@@ -218,7 +220,7 @@ def _mkl_free_table() -> dict:
         table[getattr(torch, name)] = table[getattr(T, name)] = f
         table[getattr(T, name + "_")] = lambda x, f=f: x.copy_(f(x))
         table[getattr(torch, f"_foreach_{name}")] = lambda xs, f=f: [f(x) for x in xs]
-        table[getattr(torch, f"_foreach_{name}_")] = lambda xs, f=f: [x.copy_(f(x)) for x in xs] and None
+        table[getattr(torch, f"_foreach_{name}_")] = lambda xs, f=f: _foreach_inplace(f, xs)
     for name in MKL_ONLY_UNARY:
         for owner in (torch, T):
             for n in (name, name + "_"):

@@ -286,6 +286,20 @@ def diverse_top_k_for(df: pl.DataFrame) -> int:
     return 5 if share is None or share <= 0.5 else 0
 
 
+SPLIT_HPARAMS = {"lambdarank_weight": lambdarank_weight_for, "diverse_top_k": diverse_top_k_for}  # attention's
+
+
+def split_hparams(df: pl.DataFrame, kind: str, hp: dict) -> dict:
+    """``hp`` with each of the attention model's ``SPLIT_HPARAMS`` that is missing or ``"auto"`` decided from the
+    split ``df`` (a labelled frame or a ``split_index``, test part included); other models' ``hp`` as given."""
+    hp = dict(hp)
+    if kind == "attention":
+        for name, rule in SPLIT_HPARAMS.items():
+            if hp.get(name, "auto") == "auto":
+                hp[name] = rule(df)
+    return hp
+
+
 def fit_on_frame(df: pl.DataFrame, kind: str, seed: int = 0, epochs: int = 10, device: str = "cpu",
                  progress: bool = False, data_manifest_hash: str | None = None, balance_hardware: bool = True,
                  fine_tune: str | list[str] | None = "auto", **hp):
@@ -304,10 +318,7 @@ def fit_on_frame(df: pl.DataFrame, kind: str, seed: int = 0, epochs: int = 10, d
 
     The attention model's ``lambdarank_weight`` and ``diverse_top_k`` default to ``"auto"``:
     ``lambdarank_weight_for`` and ``diverse_top_k_for`` the split."""
-    if kind == "attention" and hp.get("lambdarank_weight", "auto") == "auto":
-        hp["lambdarank_weight"] = lambdarank_weight_for(df)
-    if kind == "attention" and hp.get("diverse_top_k", "auto") == "auto":
-        hp["diverse_top_k"] = diverse_top_k_for(df)
+    hp = split_hparams(df, kind, hp)
     d = arrays(df)
     part = df["part"].to_numpy()
     m = make_model(kind, seed, epochs, device, progress, data_manifest_hash=data_manifest_hash, **hp)
@@ -341,11 +352,7 @@ def training_frame(dataset: Path, split: str, kind: str, max_per_task: int | Non
     index = split_index(dataset, split, max_per_task, seed)
     if keep_ids is not None:
         index = index.filter((pl.col("part") == "test") | pl.col("record_id").is_in(keep_ids.implode()))
-    hp = dict(hp)
-    if kind == "attention" and hp.get("lambdarank_weight", "auto") == "auto":
-        hp["lambdarank_weight"] = lambdarank_weight_for(index)
-    if kind == "attention" and hp.get("diverse_top_k", "auto") == "auto":
-        hp["diverse_top_k"] = diverse_top_k_for(index)
+    hp = split_hparams(index, kind, hp)
     hp["fine_tune"] = fine_tune_hardware(index, hp.get("fine_tune", "auto"))
     share = seen_task_share(index)
     index = tasks_with(index, ["train", "valid"])
