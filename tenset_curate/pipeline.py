@@ -343,7 +343,7 @@ def step_train(p: dict, workdir: Path, base: Path, workers: int, log, exe: dict)
     the records the prune step kept (the test part is the same either way). Reads what ``curate train`` reads
     (``training.training_frame``): ``max_per_task`` caps each task's training programs, and the memory check
     (``memory_check = false`` turns it off) stops the step before the records are read when they would not fit."""
-    from .training import data_hash, fit_on_frame, training_frame
+    from .training import SPLIT_HPARAMS, data_hash, fit_on_frame, training_frame
 
     out = _fresh(workdir / "train")
     split = p.get("split", "within_task")
@@ -357,12 +357,13 @@ def step_train(p: dict, workdir: Path, base: Path, workers: int, log, exe: dict)
             from .prune import load_records
 
             keep = load_records(workdir / "prune", ["record_id"])["record_id"]
-        # the split's LambdaRank weight and fine-tuning hardware, decided on the whole split (test part included)
+        # the split's hyperparameters (attention's SPLIT_HPARAMS, the fine-tuning hardware), decided on the whole
+        # split: the frame read holds only the tasks that train, where every split looks within-task
         df, auto, _ = training_frame(workdir / "convert", split, "attention", cap, seed,
                                      bool(p.get("memory_check", True)), keep_ids=keep)
         for kind in p.get("models", ["gbdt", "attention"]):
-            hp = {"fine_tune": auto["fine_tune"], **({"lambdarank_weight": auto["lambdarank_weight"]}
-                                                      if kind == "attention" else {}), **p.get(kind, {})}
+            hp = {"fine_tune": auto["fine_tune"], **({k: auto[k] for k in SPLIT_HPARAMS} if kind == "attention"
+                                                      else {}), **p.get(kind, {})}
             m, _ = fit_on_frame(df, kind, seed=seed, epochs=int(p.get("epochs", 5)),
                                 data_manifest_hash=data_hash(workdir / "convert", split, cap, seed), **hp)
             m.save(out / f"{kind}-{data}")
