@@ -35,6 +35,14 @@ pairs"): k80_tasks seeds 0/1/2 PCA 0.769/0.762/0.762 (default 0.748/0.746/0.755)
 0.852/0.964/0.988 (default 0.868/0.972/0.992) and k80_mi50_fs10 seed 0 PCA 0.827 (0.841): not adopted.
 ``--gap-power 1 --then-default`` (then 8 epochs of the default loss): k80_tasks seeds 0/1/2 PCA 0.763/0.755/0.766,
 within_k80 seed 0 0.867/0.970/0.991: a lead, not adopted (reports/model_splits.md).
+Session 22 (reports/model_splits.md, "Positions by primitive"): ``fit_on_frame`` now picks the attention model's
+``positions`` by split (``training.positions_for``: ``kind`` with an operator class held out), so the absolute
+positions on such a split take ``--hp 'positions="absolute"'``. Three seeds each, absolute -> kind, PCA / top-1 /
+top-5: no_depthwise 0.656 / 0.779 / 0.879 -> 0.690 / 0.768 / 0.896; no_pooling 0.578 / 0.410 / 0.664 -> 0.897 /
+0.950 / 0.971; no_dense 0.651 / 0.869 / 0.943 -> 0.633 / 0.828 / 0.936. Seed 0, ``--hp 'positions="kind"'`` (weight
+0.05 here on every split): within_k80 0.868 / 0.972 / 0.992 -> 0.852 / 0.966 / 0.989, k80_mi50 0.757 / 0.874 / 0.926
+-> 0.744 / 0.842 / 0.923, k80_mi50_fs10 0.844 / 0.904 / 0.968 -> 0.816 / 0.904 / 0.953, k80_tasks 0.748 / 0.933 /
+0.954 -> 0.739 / 0.930 / 0.954.
 """
 from __future__ import annotations
 

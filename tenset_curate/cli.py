@@ -223,6 +223,10 @@ def train(
         "auto", help="attention: order each task's first k programs as diverse picks among its best-scored 4% "
                      "(AutoTVM's submodular pick over schedule steps); auto: 5 when most test records are of tasks "
                      "the model does not train on (or there is no test part), else 0 (the plain order)"),
+    positions: str = typer.Option(
+        "auto", help="attention: absolute (each slot of a patch of steps has its own weights) or kind (each step "
+                     "numbered by its primitive and how many of that primitive came before it); auto: kind when most "
+                     "test records are of operator classes the model does not train on, else absolute"),
     fine_tune: str = typer.Option("auto", help="after training, go on training on these hardware's training "
                                   "records alone (comma-separated names); auto: the test hardware of a few-shot "
                                   "split (it also trains, beside other hardware); none: never"),
@@ -246,6 +250,12 @@ def train(
     for name, value, kind in (("lambdarank_weight", lambdarank_weight, float), ("diverse_top_k", diverse_top_k, int)):
         if value != "auto":
             hp[name] = _attention_number(name, value, kind, model)
+    if positions != "auto":
+        if model != "attention":
+            raise typer.BadParameter("--positions applies to --model attention only")
+        if positions not in ("absolute", "kind"):
+            raise typer.BadParameter(f"--positions must be auto, absolute or kind, not {positions!r}")
+        hp["positions"] = positions
     try:
         s = train_model(dataset, split, model, out, epochs=epochs, device=device, seed=seed,
                         progress=not json_out, balance_hardware=balance_hardware, fine_tune=fine_tune,
@@ -259,7 +269,8 @@ def train(
     lw = "" if "lambdarank_weight" not in s else f"; LambdaRank weight {s['lambdarank_weight']:g}" + (
         "" if s["test_records_of_trained_tasks"] is None or lambdarank_weight != "auto" else
         f" ({s['test_records_of_trained_tasks']:.0%} of the test records are of tasks it trains on)") + (
-        f"; diverse top-{s['diverse_top_k']} picks" if s.get("diverse_top_k") else "")
+        f"; diverse top-{s['diverse_top_k']} picks" if s.get("diverse_top_k") else "") + (
+        "; positions by primitive" if s.get("positions") == "kind" else "")
     typer.echo(f"model {model} -> {out}: valid {s.get('valid')}{lw}" + (
         f"; fine-tuned on {', '.join(ft['hardware'])} ({ft['records']} records, "
         + ("kept the weights before it" if ft["best_epoch"] is None else f"best at fine-tuning step {ft['best_epoch']}")

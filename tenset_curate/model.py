@@ -113,6 +113,24 @@ Workload arguments (``workload_args``; attention only, off by default)
     other splits moved by about a seed sd or less (K80 + 10% MI50: top-5 0.967 -> 0.960, sd 0.009; depthwise held
     out: top-1 0.758 -> 0.779).
 
+Positions by primitive (``positions``; attention only, ``"absolute"`` by default)
+    With ``"absolute"`` the tokens of each patch of ``patch`` (4) consecutive steps are concatenated, so each slot of
+    a patch has its own input weights, plus a learned embedding of the patch's index. That fits the layouts of the
+    step sequences the model trains on, and misreads an operator laid out otherwise: Ansor writes a depthwise conv2d
+    with one reduction split fewer than a conv2d (36 steps, not 37), which moves every later step one slot on, and a
+    pooling's sequence is unlike any other. ``"kind"`` numbers each step by its primitive and how many steps of that
+    primitive came before it (``kind_positions``: the 8th split is split #7 wherever it sits), embeds each token with
+    one weight matrix, adds a learned embedding of that number, and sums the tokens of a patch: a missing split moves
+    only the splits after it. It transfers to held-out operators and costs within a task: measured with
+    ``benchmarks/attention_loss.py`` (three seeds; PCA / top-1 / top-5, absolute -> kind) with depthwise held out
+    0.656 / 0.779 / 0.879 -> 0.690 / 0.768 / 0.896, pooling held out 0.578 / 0.410 / 0.664 -> 0.897 / 0.950 / 0.971
+    (absolute's seeds 0.40 to 0.70 PCA), dense held out 0.651 / 0.869 / 0.943 -> 0.633 / 0.828 / 0.936; seed 0
+    within-task roller-k80 0.868 / 0.972 -> 0.852 / 0.966, K80 -> MI50 zero-shot 0.757 / 0.874 -> 0.744 / 0.842,
+    unseen tasks 0.748 -> 0.739 PCA (reports/model_splits.md, "Positions by primitive"). So ``training.positions_for``
+    (``curate train --positions auto``) picks ``"kind"`` where most test records are of operator classes the model
+    does not train on. The ids are computed once per dataset (``_feature_arrays``), not per batch. Directories
+    saved before the option existed load with ``"absolute"``.
+
 Fine-tuning (``Ranker.fine_tune``; ``training.fit_on_frame`` calls it for a few-shot split's target hardware)
     A fitted model goes on training on one part of the data alone, typically the records of the hardware it will
     rank: the torch models for ``finetune_epochs`` (8) at ``finetune_lr`` (default: the model's ``lr``) with the same
@@ -147,7 +165,7 @@ from typing import Any
 import numpy as np
 
 from . import metrics as _metrics
-from .features import FLAT_NAMES, RowView, TaskCentredTokens
+from .features import FLAT_NAMES, PRIMS, RowView, TaskCentredTokens
 
 __all__ = [
     "ModelLoadError",
@@ -157,6 +175,7 @@ __all__ = [
     "MLPRanker",
     "GBDTRanker",
     "load_model",
+    "kind_positions",
     "lambdarank_loss",
     "ranknet_loss",
 ]
@@ -165,6 +184,7 @@ FORMAT_VERSION = 1
 CONFIG_NAME = "config.json"
 TORCH_WEIGHTS = "model.pt"
 LGB_WEIGHTS = "model.txt"
+KIND_OCCURRENCES = 16  # positions="kind": occurrences of one primitive told apart (later ones share the last)
 
 
 class ModelLoadError(RuntimeError):
@@ -297,6 +317,30 @@ def without_workload_args(flat: np.ndarray) -> np.ndarray:
                          f"({len(FLAT_NAMES)} columns), got {flat.shape[1]}")
     out = np.array(flat, np.float32, copy=True)
     out[:, WORKLOAD_ARG_COLUMNS] = 0.0
+    return out
+
+
+def kind_positions(tokens, mask: np.ndarray) -> np.ndarray:
+    """Position ids for an attention model with ``positions="kind"``: for each real token, ``primitive index *
+    KIND_OCCURRENCES + how many tokens of the same primitive came before it`` (the 8th ``split`` of a record is
+    ``split #7`` wherever it sits; occurrences from ``KIND_OCCURRENCES - 1`` on share one id); 0 for padding.
+
+    ``tokens``: [N, L, D] with the one-hot primitive first (``features.token_tensor``; a ``features.RowView`` is read
+    in chunks, never copied whole); ``mask`` marks the real tokens. Ansor writes a depthwise conv2d with one reduction
+    split fewer than a conv2d (36 steps, not 37), which moves every later step one slot on under absolute positions;
+    here only the splits after the missing one move."""
+    mask = np.asarray(mask, dtype=bool)
+    P = len(PRIMS)
+    if len(tokens.shape) != 3 or tuple(tokens.shape[:2]) != mask.shape or tokens.shape[2] < P:
+        raise ValueError(f"kind_positions needs [N, L, >={P}] tokens (one-hot primitive first) and an [N, L] mask, "
+                         f"got {tuple(tokens.shape)} and {mask.shape}")
+    out = np.zeros(mask.shape, np.int16)
+    for a in range(0, len(mask), 8192):
+        oh = (np.asarray(tokens[a: a + 8192, :, :P]) > 0.5) & mask[a: a + 8192, :, None]
+        kind = oh.argmax(axis=2)
+        occ = np.take_along_axis(np.cumsum(oh, axis=1, dtype=np.int32), kind[..., None], axis=2)[..., 0] - 1
+        out[a: a + 8192] = np.where(oh.any(axis=2), kind * KIND_OCCURRENCES + np.minimum(occ, KIND_OCCURRENCES - 1),
+                                    0)
     return out
 
 
@@ -716,8 +760,15 @@ def _build_attention_net(input_dims: dict, hp: dict):
             self.register_buffer("tok_std", torch.ones(D))
             self.register_buffer("flat_mean", torch.zeros(Fd))
             self.register_buffer("flat_std", torch.ones(Fd))
-            self.embed = nn.Linear(D * self.patch, d)
-            self.pos = nn.Parameter(torch.randn(-(-L // self.patch), d) * 0.02)
+            self.positions = str(hp.get("positions", "absolute"))
+            if self.positions == "absolute":
+                self.embed = nn.Linear(D * self.patch, d)
+                self.pos = nn.Parameter(torch.randn(-(-L // self.patch), d) * 0.02)
+            elif self.positions == "kind":
+                self.embed = nn.Linear(D, d)
+                self.pos = nn.Parameter(torch.randn(len(PRIMS) * KIND_OCCURRENCES, d) * 0.02)
+            else:
+                raise ValueError(f"positions must be 'absolute' or 'kind', not {self.positions!r}")
             self.layers = nn.ModuleList(
                 EncoderLayer(d, hp["n_heads"], hp["ff_mult"] * d, hp["dropout"], hp["attn_impl"])
                 for _ in range(hp["n_layers"]))
@@ -726,7 +777,7 @@ def _build_attention_net(input_dims: dict, hp: dict):
             self.head = nn.Sequential(nn.Linear(head_in, h), nn.ReLU(), nn.Linear(h, h), nn.ReLU(),
                                       nn.Linear(h, 1))
 
-        def forward(self, tokens, mask, flat=None):
+        def forward(self, tokens, mask, flat=None, kind_pos=None):
             # one new tensor, then in place: each fresh [B, L, D] temporary costs a page-faulting allocation
             x = (tokens - self.tok_mean).div_(self.tok_std).clamp_(-self.clip, self.clip)
             empty = ~mask.any(dim=1)
@@ -734,6 +785,11 @@ def _build_attention_net(input_dims: dict, hp: dict):
                 mask = mask.clone()
                 mask[empty, 0] = True
             p = self.patch
+            if self.positions == "kind":
+                if kind_pos is None:  # the ranker passes them, computed once per dataset (_feature_arrays)
+                    kind_pos = torch.from_numpy(kind_positions(tokens.cpu().numpy(), mask.cpu().numpy())).to(
+                        tokens.device)
+                return self._head(self._encode(self._kind_embed(x, mask, kind_pos, p)), flat)
             if p > 1:  # p consecutive tokens -> one position; padding tokens are zeroed
                 B, L, D = x.shape
                 Lp = -(-L // p)
@@ -743,14 +799,39 @@ def _build_attention_net(input_dims: dict, hp: dict):
                     mask = F.pad(mask, (0, Lp * p - L))
                 x = x.reshape(B, Lp, p * D)
                 mask = mask.view(B, Lp, p).any(dim=2)
-            h = self.embed(x) + self.pos[: x.shape[1]]
+            return self._head(self._encode((self.embed(x) + self.pos[: x.shape[1]], mask)), flat)
+
+        def _kind_embed(self, x, mask, kind_pos, p):
+            """``positions="kind"``: the tokens of each patch of ``p`` are summed (padding zeroed) and embedded, plus
+            the sum of a learned embedding of each token's ``kind_positions`` id (its primitive and how many tokens of
+            that primitive came before it). The embedding is linear, so this is the sum of each token's own
+            embedding: a patch is a bag of tokens that knows which split, fuse, ... each one is, not which slot of
+            the patch it sits in, and one extra or missing step shifts no other step's position."""
+            m = mask.unsqueeze(-1).to(x.dtype)
+            pos = F.embedding(kind_pos.long(), self.pos).mul_(m)
+            x = x.mul_(m)
+            if p > 1:
+                B, L, D = x.shape
+                Lp = -(-L // p)
+                if Lp * p != L:
+                    x, pos = F.pad(x, (0, 0, 0, Lp * p - L)), F.pad(pos, (0, 0, 0, Lp * p - L))
+                    mask = F.pad(mask, (0, Lp * p - L))
+                x = x.view(B, Lp, p, D).sum(dim=2)
+                pos = pos.view(B, Lp, p, -1).sum(dim=2)
+                mask = mask.view(B, Lp, p).any(dim=2)
+            return self.embed(x) + pos, mask
+
+        def _encode(self, hm):
+            h, mask = hm
             attn_mask = mask[:, None, None, :]  # [B, 1, 1, L], True = may attend (key padding)
             attn_bias = torch.zeros(attn_mask.shape, dtype=h.dtype, device=h.device).masked_fill_(
                 ~attn_mask, float("-inf"))
             for layer in self.layers:
                 h = layer(h, attn_mask, attn_bias)
             m = mask.unsqueeze(-1).to(h.dtype)
-            pooled = (h * m).sum(dim=1) / m.sum(dim=1)
+            return (h * m).sum(dim=1) / m.sum(dim=1)
+
+        def _head(self, pooled, flat):
             if self.use_flat:
                 f = ((flat - self.flat_mean) / self.flat_std).clamp(-self.clip, self.clip)
                 pooled = torch.cat([pooled, f], dim=1)
@@ -1071,9 +1152,10 @@ class AttentionRanker(_TorchRanker):
         use_flat=True, input_clip=20.0, lr=5e-3, epochs=30, patch=4, attn_impl="math",
         loss="ranknet+lambdarank", tasks_per_batch=16, records_per_task=32, infer_batch_size=1024,
         task_relative=True, token_relative=True, workload_args=False, diverse_top_k=0, diverse_share=DIVERSE_SHARE,
+        positions="absolute",
     )
     _legacy_hparams = dict(patch=1, attn_impl="sdpa", task_relative=False, token_relative=False, workload_args=True,
-                           lambdarank_weight=0.05)
+                           lambdarank_weight=0.05, positions="absolute")
 
     def predict(self, data: dict) -> np.ndarray:
         """Scores, higher = faster; with ``diverse_top_k`` = k > 1 and ``task_ids`` given, each task's first k in
@@ -1100,6 +1182,8 @@ class AttentionRanker(_TorchRanker):
         arrays = {"tokens": tokens, "mask": mask, "flat": flat, "_len": last.astype(np.int64)}
         if self.hparams["token_relative"]:
             arrays["tok_rel"] = token_relative_inputs(data, tokens, mask)
+        if self.hparams["positions"] == "kind":  # once per dataset, not per batch
+            arrays["kind_pos"] = kind_positions(tokens, mask)
         _n_records(arrays)
         return arrays
 
@@ -1179,6 +1263,8 @@ class AttentionRanker(_TorchRanker):
         tok = torch.from_numpy(np.ascontiguousarray(self._tokens(arrays, idx, Lb))).to(dev)
         mask = torch.from_numpy(np.ascontiguousarray(arrays["mask"][idx, :Lb])).to(dev)
         flat = torch.from_numpy(arrays["flat"][idx]).to(dev)
+        if "kind_pos" in arrays:
+            return tok, mask, flat, torch.from_numpy(np.ascontiguousarray(arrays["kind_pos"][idx, :Lb])).to(dev)
         return tok, mask, flat
 
     def _inference_order(self, arrays: dict) -> np.ndarray:

@@ -277,7 +277,7 @@ def _report_fit(item):
                             **HP[kind])
         r = evaluate_predictions(d_test["task_ids"], d_test["labels"], m.predict(d_test))
     return i, (name, kind, data, r["pca"], r["top1"], r["top5"]), \
-        (m.hparams["lambdarank_weight"] if kind == "attention" else None)
+        ((m.hparams["lambdarank_weight"], m.hparams["positions"]) if kind == "attention" else None)
 
 
 def pca_report(dataset: Path, out: Path, epochs: int = 24, ratio: float = 0.45, seed: int = 0,
@@ -350,7 +350,12 @@ def pca_report(dataset: Path, out: Path, epochs: int = 24, ratio: float = 0.45, 
     if lambdarank:
         lines += ["", "The attention model's LambdaRank weight follows the split (`training.lambdarank_weight_for`: 0.25 "
                   "when most test records are of tasks that train, else 0.05): "
-                  + ", ".join(f"{n} {w:g}" for n, w in lambdarank.items()) + "."]
+                  + ", ".join(f"{n} {w:g}" for n, (w, _) in lambdarank.items()) + "."]
+        kind_pos = [n for n, (_, pos) in lambdarank.items() if pos == "kind"]
+        if kind_pos:
+            lines += ["", "Its positions follow the split too (`training.positions_for`: each step numbered by its "
+                      "primitive where most test records are of operator classes that do not train, else absolute): "
+                      "by primitive on " + ", ".join(kind_pos) + "."]
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out, "\n".join(lines) + "\n")
     return out

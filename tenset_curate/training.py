@@ -286,7 +286,44 @@ def diverse_top_k_for(df: pl.DataFrame) -> int:
     return 5 if share is None or share <= 0.5 else 0
 
 
-SPLIT_HPARAMS = {"lambdarank_weight": lambdarank_weight_for, "diverse_top_k": diverse_top_k_for}  # attention's
+def unseen_operator_share(df: pl.DataFrame) -> float | None:
+    """The share of the test part's records whose operator class (``op_class``; no class counts as ``unknown``)
+    has no training records: 1 when operator classes are held out (``--scheme operator``), 0 within a task, across
+    hardware for the same operators, and for held-out tasks of operators that train. None without a test part."""
+    op = pl.col("op_class").fill_null("unknown")
+    test = df.filter(pl.col("part") == "test").select(op)
+    if test.is_empty():
+        return None
+    trained = df.filter(pl.col("part") == "train").select(op).unique()
+    return test.join(trained, on="op_class", how="anti").height / test.height
+
+
+def positions_for(df: pl.DataFrame) -> str:
+    """The attention model's ``positions`` for a split (``positions="auto"``, the default of ``fit_on_frame`` and
+    ``curate train``): ``"kind"`` when most test records are of operator classes the model does not train on,
+    ``"absolute"`` otherwise and without a test part.
+
+    Absolute positions give each slot of a 4-token patch its own weights: a good fit to the layouts of the step
+    sequences it trains on, and a wrong one for an operator whose sequence is laid out otherwise (a depthwise
+    conv2d has one reduction split fewer than a conv2d, which moves every later step one slot; a pooling's
+    sequence is unlike any other). ``"kind"`` numbers each step by its primitive and occurrence
+    (``model.kind_positions``), and the tokens of a patch are summed. Measured with three seeds each
+    (``benchmarks/attention_loss.py --splits no_depthwise no_pooling no_dense --seeds 0 1 2``, with ``--hp
+    'positions="absolute"'`` and ``--hp 'positions="kind"'``; PCA / top-1 / top-5, absolute -> kind; reports/
+    model_splits.md, "Positions by primitive"): depthwise held out 0.656 / 0.779 / 0.879 -> 0.690 / 0.768 / 0.896,
+    pooling held out 0.578 / 0.410 / 0.664 -> 0.897 / 0.950 / 0.971 (absolute's PCA 0.40 to 0.70 by seed, below a
+    random pick's top-1 in two seeds), dense held out 0.651 / 0.869 / 0.943 -> 0.633 / 0.828 / 0.936 (12 tasks; the
+    one operator where kind lost); on the embedded CPU sample's operator split (MetaSchedule traces; reports/pca.md)
+    0.477 / 0.330 / 0.409 -> 0.647 / 0.422 / 0.457. Where the test operators train, ``"kind"`` lost in every split tried (seed 0):
+    within-task roller-k80 PCA / top-1 0.868 / 0.972 -> 0.852 / 0.966, zero-shot K80 -> MI50 0.757 / 0.874 -> 0.744 /
+    0.842, K80 + 10% MI50 PCA 0.844 -> 0.816, unseen roller-k80 tasks 0.748 -> 0.739. A model trained without a test
+    part (the verifier's) keeps ``"absolute"``."""
+    share = unseen_operator_share(df)
+    return "kind" if share is not None and share > 0.5 else "absolute"
+
+
+SPLIT_HPARAMS = {"lambdarank_weight": lambdarank_weight_for, "diverse_top_k": diverse_top_k_for,
+                 "positions": positions_for}  # attention's
 
 
 def split_hparams(df: pl.DataFrame, kind: str, hp: dict) -> dict:
@@ -316,8 +353,8 @@ def fit_on_frame(df: pl.DataFrame, kind: str, seed: int = 0, epochs: int = 10, d
     GBDT 0.798 / 0.918 / 0.965 (reports/model_splits.md).
     Fine-tuning costs about 2 s (7,177 MI50 training records) against about 90 s for the first fit.
 
-    The attention model's ``lambdarank_weight`` and ``diverse_top_k`` default to ``"auto"``:
-    ``lambdarank_weight_for`` and ``diverse_top_k_for`` the split."""
+    The attention model's ``lambdarank_weight``, ``diverse_top_k`` and ``positions`` default to ``"auto"``:
+    ``lambdarank_weight_for``, ``diverse_top_k_for`` and ``positions_for`` the split."""
     hp = split_hparams(df, kind, hp)
     d = arrays(df)
     part = df["part"].to_numpy()
@@ -381,6 +418,7 @@ def train_model(dataset: Path, split: str, kind: str, out: Path, epochs: int = 1
     if kind == "attention":
         res["lambdarank_weight"] = m.hparams["lambdarank_weight"]
         res["diverse_top_k"] = m.hparams["diverse_top_k"]
+        res["positions"] = m.hparams["positions"]
         res["test_records_of_trained_tasks"] = None if share is None else round(share, 4)
     if hp.get("balance_hardware", True):
         res["hardware_repeats"] = hardware_repeats(d["groups"]["hardware"][part == "train"])

@@ -417,7 +417,8 @@ def test_attention_directory_from_before_patching_loads_with_identical_predictio
     assert "patch" not in cfg["hparams"] and "attn_impl" not in cfg["hparams"]
     m = load_model(FORMAT1, expected_feature_version="test-feat-v1")
     assert isinstance(m, AttentionRanker)
-    assert m.hparams["patch"] == 1 and m.hparams["attn_impl"] == "sdpa"
+    assert m.hparams["patch"] == 1 and m.hparams["attn_impl"] == "sdpa" and m.hparams["positions"] == "absolute"
+    assert "positions" not in cfg["hparams"]
     assert m.net.pos.shape[0] == cfg["input_dims"]["max_len"]
     expected = np.load(FORMAT1 / "expected_test_predictions.npy")
     np.testing.assert_allclose(m.predict(test), expected, rtol=0, atol=1e-6)
@@ -447,13 +448,13 @@ def test_lambdarank_weight_reaches_the_loss_and_old_directories_keep_0_05(real_s
     assert load_model(FORMAT1, expected_feature_version="test-feat-v1").hparams["lambdarank_weight"] == 0.05
 
 
-@pytest.mark.parametrize("patch", [1, 4])
-def test_cropped_batches_predict_like_padding_to_full_length(real_splits, patch):
+@pytest.mark.parametrize("patch,positions", [(1, "absolute"), (4, "absolute"), (4, "kind")])
+def test_cropped_batches_predict_like_padding_to_full_length(real_splits, patch, positions):
     """Batches are cut to their longest record and (patch > 1) p tokens share a position: a record's
     score must not depend on how far it is padded, nor on which records share its batch."""
     train, _, test = real_splits
     m = AttentionRanker(epochs=1, num_threads=1, progress=False, d_model=32, n_layers=1, n_heads=2,
-                        head_hidden=64, patch=patch, attn_impl="math").fit(train)
+                        head_hidden=64, patch=patch, attn_impl="math", positions=positions).fit(train)
     ref = m.predict(test)
     L = test["tokens"].shape[1]
     padded = dict(test, tokens=np.pad(test["tokens"], ((0, 0), (0, 64 - L), (0, 0))),
@@ -492,3 +493,101 @@ def test_attention_does_not_read_the_workload_arguments_unless_asked(real_splits
     np.testing.assert_array_equal(old.predict(moved), on.predict(moved))
     with pytest.raises(ValueError, match="FLAT_NAMES"):
         off.flat_inputs(test, test["flat"][:, :10])
+
+
+def test_kind_positions_move_only_the_primitive_that_lost_a_step(k80_mi50_dataset, tmp_path):
+    """``positions="kind"`` numbers each token by (primitive, how many tokens of that primitive came before it)
+    (``model.kind_positions``). On the project's own tokens of real K80 records: every id decodes to the token's
+    primitive and its occurrence count (counted here by a plain loop); with one split dropped from a record (what a
+    depthwise conv2d's steps are to a conv2d's), no other primitive's ids change, nor the earlier splits', and the
+    later splits move down by one. A model with these positions predicts the same after save / load, and the
+    same when the ids are computed inside the network rather than once per dataset."""
+    import polars as pl
+
+    from tenset_curate.features import PRIMS, featurize
+    from tenset_curate.model import KIND_OCCURRENCES as K
+    from tenset_curate.model import kind_positions
+    from tenset_curate.training import arrays
+
+    df = pl.read_parquet(str(k80_mi50_dataset / "records" / "**" / "*.parquet")).filter(
+        pl.col("hardware") == "roller-k80", pl.col("is_valid")).sort("record_id").head(600)
+    d = featurize(df)
+    tok, mask = d["tokens"], d["mask"]
+    ids = kind_positions(tok, mask)
+    split = PRIMS.index("split")
+    for r in range(0, len(tok), 37):
+        seen = {}
+        for j in range(tok.shape[1]):
+            if not mask[r, j]:
+                assert ids[r, j] == 0
+                continue
+            prim = int(np.argmax(tok[r, j, : len(PRIMS)]))
+            assert ids[r, j] == prim * K + min(seen.get(prim, 0), K - 1)
+            seen[prim] = seen.get(prim, 0) + 1
+    r = int(np.flatnonzero([(ids[i][mask[i]] // K == split).sum() >= 3 for i in range(len(ids))])[0])
+    sp = np.flatnonzero(mask[r] & (ids[r] // K == split))
+    drop = sp[1]
+    keep = np.r_[np.arange(drop), np.arange(drop + 1, tok.shape[1])]
+    t2, m2 = np.zeros_like(tok[r: r + 1]), np.zeros_like(mask[r: r + 1])
+    t2[0, : keep.size], m2[0, : keep.size] = tok[r, keep], mask[r, keep]
+    after = kind_positions(t2, m2)[0, : keep.size]
+    before = ids[r, keep]
+    moved = before != after
+    is_split = before // K == split
+    assert moved.any() and np.all(is_split[moved]) and np.all(keep[moved] > drop)
+    np.testing.assert_array_equal(after[moved], before[moved] - 1)
+    with pytest.raises(ValueError, match="kind_positions needs"):
+        kind_positions(tok[:, :, :5], mask)
+
+    data = arrays(df.with_columns(label=pl.col("mean_cost").min().over("task_id") / pl.col("mean_cost"),
+                                  op_class=pl.lit("conv2d")))
+    m = AttentionRanker(epochs=1, num_threads=1, progress=False, positions="kind").fit(data)
+    assert m.net.pos.shape[0] == len(PRIMS) * K
+    ref = m.predict(data)
+    assert np.all(np.isfinite(ref)) and np.ptp(ref) > 0
+    np.testing.assert_array_equal(load_model(m.save(tmp_path / "kind")).predict(data), ref)
+    feats = m._feature_arrays(data)
+    inputs = m._net_inputs(feats, np.arange(64), "cpu")
+    with torch.no_grad():
+        np.testing.assert_allclose(m.net(*inputs).numpy(), m.net(*inputs[:3]).numpy(), rtol=0, atol=1e-6)
+    with pytest.raises(ValueError, match="positions must be"):
+        AttentionRanker(epochs=1, num_threads=1, progress=False, positions="relative").fit(data)
+
+
+def test_auto_positions_follow_the_operator_classes_the_model_trains_on(k80_mi50_dataset, tmp_path):
+    """``positions="auto"`` (training.positions_for, the default of ``fit_on_frame``, ``curate train`` and the
+    pipeline's train step): ``kind`` when most test records are of operator classes that do not train (an operator
+    held out), ``absolute`` within a task and without a test part. ``curate train --positions`` overrides it and
+    reports it; the directory keeps it; attention only."""
+    import polars as pl
+    from typer.testing import CliRunner
+
+    from tenset_curate.cli import app
+    from tenset_curate.splits import write_split
+    from tenset_curate.training import labelled_split, positions_for, unseen_operator_share
+
+    write_split(k80_mi50_dataset, "pos_ops", "operator", holdout=["depthwise"], seed=0)
+    write_split(k80_mi50_dataset, "pos_within", "within-task", seed=0)
+    ops, within = labelled_split(k80_mi50_dataset, "pos_ops"), labelled_split(k80_mi50_dataset, "pos_within")
+    assert set(ops.filter(pl.col("part") == "test")["op_class"].unique()) == {"depthwise"}
+    assert unseen_operator_share(ops) == 1.0 and positions_for(ops) == "kind"
+    assert unseen_operator_share(within) == 0.0 and positions_for(within) == "absolute"
+    assert unseen_operator_share(ops.filter(pl.col("part") != "test")) is None
+    assert positions_for(ops.filter(pl.col("part") != "test")) == "absolute"
+    # half of the test records of a trained class, half of the held-out one: not "most"
+    half = pl.concat([ops.filter(pl.col("part") == "test").head(100),
+                      within.filter(pl.col("part") == "test", pl.col("op_class") == "conv2d").head(100),
+                      ops.filter(pl.col("part") == "train")])
+    assert unseen_operator_share(half) == 0.5 and positions_for(half) == "absolute"
+
+    base = ["train", str(k80_mi50_dataset), "--split", "pos_ops", "--epochs", "1", "--fine-tune", "none", "--json"]
+    r = CliRunner().invoke(app, base + ["--out", str(tmp_path / "a")])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["positions"] == "kind"
+    assert json.loads((tmp_path / "a" / "config.json").read_text())["hparams"]["positions"] == "kind"
+    r = CliRunner().invoke(app, base + ["--out", str(tmp_path / "b"), "--positions", "absolute"])
+    assert r.exit_code == 0 and json.loads(r.output)["positions"] == "absolute"
+    r = CliRunner().invoke(app, base + ["--out", str(tmp_path / "c"), "--positions", "slot"])
+    assert r.exit_code == 2 and "--positions must be auto, absolute or kind" in r.output
+    r = CliRunner().invoke(app, base + ["--model", "gbdt", "--out", str(tmp_path / "d"), "--positions", "kind"])
+    assert r.exit_code == 2 and "--positions applies to --model attention only" in r.output
