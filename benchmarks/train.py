@@ -8,7 +8,8 @@ training (records x epochs / s) and inference (records / s) in the same process,
 of torch.optim and friends, ~3 s) are not charged to the first model measured. ``attention-v1`` is the attention
 model as it was before the speed work (d_model 64, 2 layers, one position per token, SDPA; the hyper-parameters old
 model directories load with), trained on the first --baseline-records records only (it is ~10x slower); the report
-gives the attention model's speed as a ratio to it, measured in the same run. Writes reports/train.md/.json (or
+gives the attention model's speed as a ratio to it, measured in the same run. ``attention-kind`` is the attention
+model with ``positions="kind"``, what ``curate train`` trains when the test operators do not train. Writes reports/train.md/.json (or
 reports/train_<device>.* for other devices).
 """
 import argparse
@@ -32,8 +33,10 @@ KEYS = ("tokens", "mask", "flat", "task_ids", "labels")
 
 
 def _fit_and_time(kind: str, d: dict, epochs: int, threads: int, device: str) -> dict:
-    base = "attention" if kind == "attention-v1" else kind
+    base = "attention" if kind.startswith("attention") else kind
     hp = {"num_threads": threads}
+    if kind == "attention-kind":  # positions by primitive (training.positions_for picks it for held-out operators)
+        hp["positions"] = "kind"
     if kind == "gbdt":
         hp["n_estimators"] = 100 * epochs
     else:
@@ -66,7 +69,7 @@ def main():
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    ap.add_argument("--models", nargs="+", default=["attention", "attention-v1", "mlp", "gbdt"])
+    ap.add_argument("--models", nargs="+", default=["attention", "attention-kind", "attention-v1", "mlp", "gbdt"])
     a = ap.parse_args()
     ds = Path(a.work) / "ds"
     convert(a.logs, ds, workers=2)
