@@ -8,9 +8,9 @@ training (records x epochs / s) and inference (records / s) in the same process,
 of torch.optim and friends, ~3 s) are not charged to the first model measured. ``attention-v1`` is the attention
 model as it was before the speed work (d_model 64, 2 layers, one position per token, SDPA; the hyper-parameters old
 model directories load with), trained on the first --baseline-records records only (it is ~10x slower); the report
-gives the attention model's speed as a ratio to it, measured in the same run. ``attention-kind`` is the attention
-model with ``positions="kind"``, what ``curate train`` trains when the test operators do not train. Writes reports/train.md/.json (or
-reports/train_<device>.* for other devices).
+gives the attention model's speed as a ratio to it, measured in the same run. ``attention-kind`` is the
+attention model with ``positions="kind"``, what ``curate train`` trains when the test operators do not train.
+Writes reports/train.md/.json (or reports/train_<device>.* for other devices).
 """
 import argparse
 import json
