@@ -253,8 +253,10 @@ def train(
     if positions != "auto":
         if model != "attention":
             raise typer.BadParameter("--positions applies to --model attention only")
-        if positions not in ("absolute", "kind"):
-            raise typer.BadParameter(f"--positions must be auto, absolute or kind, not {positions!r}")
+        from .model import POSITIONS
+
+        if positions not in POSITIONS:
+            raise typer.BadParameter(f"--positions must be auto, {' or '.join(POSITIONS)}, not {positions!r}")
         hp["positions"] = positions
     try:
         s = train_model(dataset, split, model, out, epochs=epochs, device=device, seed=seed,

@@ -186,6 +186,7 @@ FORMAT_VERSION = 1
 CONFIG_NAME = "config.json"
 TORCH_WEIGHTS = "model.pt"
 LGB_WEIGHTS = "model.txt"
+POSITIONS = ("absolute", "kind")  # AttentionRanker's ``positions``
 KIND_OCCURRENCES = 16  # positions="kind": occurrences of one primitive told apart (later ones share the last)
 
 
@@ -714,6 +715,16 @@ def _build_attention_net(input_dims: dict, hp: dict):
     from torch import nn
     import torch.nn.functional as F
 
+    def _patches(p, mask, *ts):
+        """Each [B, L, ...] tensor of ``ts`` as [B, L/p, p, ...] (zero-padded to whole patches of ``p`` tokens), and
+        the patch mask (a patch is real when one of its tokens is)."""
+        B, L = mask.shape
+        Lp = -(-L // p)
+        if Lp * p != L:
+            ts = [F.pad(t, (0, 0, 0, Lp * p - L)) for t in ts]
+            mask = F.pad(mask, (0, Lp * p - L))
+        return [t.reshape(B, Lp, p, *t.shape[2:]) for t in ts], mask.view(B, Lp, p).any(dim=2)
+
     class EncoderLayer(nn.Module):
         """Post-norm Transformer encoder layer, same maths as ``nn.TransformerEncoderLayer``
         (batch_first, relu, norm_first=False) with a fused QKV projection. Written out because
@@ -781,7 +792,7 @@ def _build_attention_net(input_dims: dict, hp: dict):
                 self.embed = nn.Linear(D, d)
                 self.pos = nn.Parameter(torch.randn(len(PRIMS) * KIND_OCCURRENCES, d) * 0.02)
             else:
-                raise ValueError(f"positions must be 'absolute' or 'kind', not {self.positions!r}")
+                raise ValueError(f"positions must be one of {', '.join(POSITIONS)}, not {self.positions!r}")
             self.layers = nn.ModuleList(
                 EncoderLayer(d, hp["n_heads"], hp["ff_mult"] * d, hp["dropout"], hp["attn_impl"])
                 for _ in range(hp["n_layers"]))
@@ -802,17 +813,12 @@ def _build_attention_net(input_dims: dict, hp: dict):
                 if kind_pos is None:  # the ranker passes them, computed once per dataset (_feature_arrays)
                     kind_pos = torch.from_numpy(kind_positions(tokens.cpu().numpy(), mask.cpu().numpy())).to(
                         tokens.device)
-                return self._head(self._encode(self._kind_embed(x, mask, kind_pos, p)), flat)
+                return self._head(self._encode(*self._kind_embed(x, mask, kind_pos, p)), flat)
             if p > 1:  # p consecutive tokens -> one position; padding tokens are zeroed
-                B, L, D = x.shape
-                Lp = -(-L // p)
                 x = x.mul_(mask.unsqueeze(-1).to(x.dtype))  # x is this forward's own tensor
-                if Lp * p != L:
-                    x = F.pad(x, (0, 0, 0, Lp * p - L))
-                    mask = F.pad(mask, (0, Lp * p - L))
-                x = x.reshape(B, Lp, p * D)
-                mask = mask.view(B, Lp, p).any(dim=2)
-            return self._head(self._encode((self.embed(x) + self.pos[: x.shape[1]], mask)), flat)
+                (x,), mask = _patches(p, mask, x)
+                x = x.flatten(2)
+            return self._head(self._encode(self.embed(x) + self.pos[: x.shape[1]], mask), flat)
 
         def _kind_embed(self, x, mask, kind_pos, p):
             """``positions="kind"``: the tokens of each patch of ``p`` are summed (padding zeroed) and embedded, plus
@@ -824,18 +830,11 @@ def _build_attention_net(input_dims: dict, hp: dict):
             pos = F.embedding(kind_pos.long(), self.pos).mul_(m)
             x = x.mul_(m)
             if p > 1:
-                B, L, D = x.shape
-                Lp = -(-L // p)
-                if Lp * p != L:
-                    x, pos = F.pad(x, (0, 0, 0, Lp * p - L)), F.pad(pos, (0, 0, 0, Lp * p - L))
-                    mask = F.pad(mask, (0, Lp * p - L))
-                x = x.view(B, Lp, p, D).sum(dim=2)
-                pos = pos.view(B, Lp, p, -1).sum(dim=2)
-                mask = mask.view(B, Lp, p).any(dim=2)
+                (x, pos), mask = _patches(p, mask, x, pos)
+                x, pos = x.sum(dim=2), pos.sum(dim=2)
             return self.embed(x) + pos, mask
 
-        def _encode(self, hm):
-            h, mask = hm
+        def _encode(self, h, mask):
             attn_mask = mask[:, None, None, :]  # [B, 1, 1, L], True = may attend (key padding)
             attn_bias = torch.zeros(attn_mask.shape, dtype=h.dtype, device=h.device).masked_fill_(
                 ~attn_mask, float("-inf"))

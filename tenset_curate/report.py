@@ -327,12 +327,12 @@ def pca_report(dataset: Path, out: Path, epochs: int = 24, ratio: float = 0.45, 
                     rows.append(None)  # filled in by the fit below, in this order
                     fits.append((len(rows) - 1, str(ds), name, data, kind, kept if data == "pruned" else None,
                                  epochs, seed))
-        lambdarank = {}
-        for i, row, weight in map_unordered(_report_fit, fits, workers=workers, cost=lambda f: FIT_COST[f[4]]):
+        attention_hp = {}
+        for i, row, hp in map_unordered(_report_fit, fits, workers=workers, cost=lambda f: FIT_COST[f[4]]):
             rows[i] = row
-            if weight is not None:
-                lambdarank[row[0]] = weight
-        lambdarank = {name: lambdarank[name] for name, *_ in rows if name in lambdarank}  # in the table's order
+            if hp is not None:
+                attention_hp[row[0]] = hp
+        attention_hp = {name: attention_hp[name] for name, *_ in rows if name in attention_hp}  # in the table's order
     finally:
         shutil.rmtree(work, ignore_errors=True)
     cmd = command or f"curate report pca --dataset {dataset} --out {out} --epochs {epochs}"
@@ -347,11 +347,11 @@ def pca_report(dataset: Path, out: Path, epochs: int = 24, ratio: float = 0.45, 
             lines.append(f"| {name} | - | - | skipped: {data} | | |")
         else:
             lines.append(f"| {name} | {kind} | {data or '-'} | {pca:.3f} | {t1:.3f} | {t5:.3f} |")
-    if lambdarank:
+    if attention_hp:
         lines += ["", "The attention model's LambdaRank weight follows the split (`training.lambdarank_weight_for`: 0.25 "
                   "when most test records are of tasks that train, else 0.05): "
-                  + ", ".join(f"{n} {w:g}" for n, (w, _) in lambdarank.items()) + "."]
-        kind_pos = [n for n, (_, pos) in lambdarank.items() if pos == "kind"]
+                  + ", ".join(f"{n} {w:g}" for n, (w, _) in attention_hp.items()) + "."]
+        kind_pos = [n for n, (_, pos) in attention_hp.items() if pos == "kind"]
         if kind_pos:
             lines += ["", "Its positions follow the split too (`training.positions_for`: each step numbered by its "
                       "primitive where most test records are of operator classes that do not train, else absolute): "

@@ -238,15 +238,20 @@ def fine_tune_hardware(df: pl.DataFrame, fine_tune: str | list[str] | None = "au
     return sorted(set(names))
 
 
+def _trained_share(df: pl.DataFrame, *keys: pl.Expr) -> float | None:
+    """The share of the test part's records whose ``keys`` also occur in the train part; None without a test part."""
+    test = df.filter(pl.col("part") == "test").select(*keys)
+    if test.is_empty():
+        return None
+    trained = df.filter(pl.col("part") == "train").select(*keys).unique()
+    return test.join(trained, on=test.columns, how="semi").height / test.height
+
+
 def seen_task_share(df: pl.DataFrame) -> float | None:
     """The share of the test part's records whose (hardware, task) also has training records: 1 for a within-task
     split and for a few-shot split's target hardware, 0 when whole tasks, operators, networks or hardware are held
     out. None when the frame has no test part."""
-    test = df.filter(pl.col("part") == "test").select("hardware", "task_id")
-    if test.is_empty():
-        return None
-    seen = df.filter(pl.col("part") == "train").select("hardware", "task_id").unique()
-    return test.join(seen, on=["hardware", "task_id"], how="semi").height / test.height
+    return _trained_share(df, pl.col("hardware"), pl.col("task_id"))
 
 
 def lambdarank_weight_for(df: pl.DataFrame) -> float:
@@ -290,12 +295,8 @@ def unseen_operator_share(df: pl.DataFrame) -> float | None:
     """The share of the test part's records whose operator class (``op_class``; no class counts as ``unknown``)
     has no training records: 1 when operator classes are held out (``--scheme operator``), 0 within a task, across
     hardware for the same operators, and for held-out tasks of operators that train. None without a test part."""
-    op = pl.col("op_class").fill_null("unknown")
-    test = df.filter(pl.col("part") == "test").select(op)
-    if test.is_empty():
-        return None
-    trained = df.filter(pl.col("part") == "train").select(op).unique()
-    return test.join(trained, on="op_class", how="anti").height / test.height
+    share = _trained_share(df, pl.col("op_class").fill_null("unknown"))
+    return None if share is None else 1.0 - share
 
 
 def positions_for(df: pl.DataFrame) -> str:
