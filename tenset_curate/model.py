@@ -826,13 +826,12 @@ def _build_attention_net(input_dims: dict, hp: dict):
             that primitive came before it). The embedding is linear, so this is the sum of each token's own
             embedding: a patch is a bag of tokens that knows which split, fuse, ... each one is, not which slot of
             the patch it sits in, and one extra or missing step shifts no other step's position."""
-            m = mask.unsqueeze(-1).to(x.dtype)
-            pos = F.embedding(kind_pos.long(), self.pos).mul_(m)
-            x = x.mul_(m)
-            if p > 1:
-                (x, pos), mask = _patches(p, mask, x, pos)
-                x, pos = x.sum(dim=2), pos.sum(dim=2)
-            return self.embed(x) + pos, mask
+            x = x.mul_(mask.unsqueeze(-1).to(x.dtype))
+            (x, ids, w), mask = _patches(p, mask, x, kind_pos.long().unsqueeze(-1), mask.to(x.dtype).unsqueeze(-1))
+            # the patch sums of the id embeddings in one gather-and-add, never the [B, L, d] per-token embeddings
+            pos = F.embedding_bag(ids.flatten(0, 1).flatten(1), self.pos, mode="sum",
+                                  per_sample_weights=w.flatten(0, 1).flatten(1)).view(*mask.shape, -1)
+            return self.embed(x.sum(dim=2)) + pos, mask
 
         def _encode(self, h, mask):
             attn_mask = mask[:, None, None, :]  # [B, 1, 1, L], True = may attend (key padding)
