@@ -8,7 +8,8 @@ scores PCA / top-1 / top-5 on the same test records. Writes reports/prune.md and
 
 Speed is measured twice: over the whole set, and on one real task cut to growing sizes (records per task), since
 ``cluster`` / ``hybrid`` run a k-means per task whose cost grows with the task's pool times its kept records.
-``--speed-only`` re-measures both speed tables and keeps the proxy results of the existing report.
+``--speed-only`` re-measures both speed tables and keeps the proxy results of the existing report; ``--merge``
+redoes the (method, ratio) pairs asked for (and full data) and keeps the report's other raw rows.
 """
 import argparse
 import json
@@ -37,6 +38,8 @@ def main():
     ap.add_argument("--task-sizes", nargs="+", type=int, default=[250, 500, 1000, 2000, 4000])
     ap.add_argument("--speed-only", action="store_true",
                     help="re-measure the speed tables only; the proxy results of --out are kept")
+    ap.add_argument("--merge", action="store_true",
+                    help="keep the raw rows of --out for the (method, ratio) pairs this run does not redo")
     ap.add_argument("--rerender", action="store_true",
                     help="rewrite --out from its own raw rows (the speed table is kept as it is)")
     a = ap.parse_args()
@@ -67,12 +70,18 @@ def main():
              "| records per task | " + " | ".join(a.methods) + " |", "|---:|" + "---:|" * len(a.methods)]
     for n, r in per_task["rows"].items():
         head.append(f"| {n} | " + " | ".join(str(r[m]) for m in a.methods) + " |")
-    if a.speed_only:
+    if a.speed_only:  # the proxy rows' command stays; the speed tables say where they come from
         old = Path(a.out).read_text()
+        head[2] = old.split("\n")[2].split(" Speed tables: ")[0] + f" Speed tables: `python {' '.join(sys.argv)}`."
         Path(a.out).write_text("\n".join(head) + "\n" + old[old.index("\n## Proxy ranker"):])
         print("\n".join(head))
         return
     rows = evaluate_methods(ds, a.ratios, a.methods, a.seeds)
+    if a.merge and Path(a.out).exists():
+        redone = {(r["method"], r["ratio"]) for r in rows}
+        rows = [r for r in _raw_rows(Path(a.out).read_text()) if (r["method"], r["ratio"]) not in redone] + rows
+        order = ["full", "hybrid", "cluster", "importance", "random", "redundancy"]  # the report's row order
+        rows.sort(key=lambda r: (r["seed"], r["ratio"], order.index(r["method"]) if r["method"] in order else 99))
     png = Path(a.out).with_name(Path(a.out).stem + "_curve.png")
     plot_curves(rows, png)
     lines = head + results_markdown(rows, png.name)
@@ -111,9 +120,13 @@ def results_markdown(rows: list[dict], png_name: str) -> list[str]:
     return lines
 
 
+def _raw_rows(report: str) -> list[dict]:
+    return json.loads(report.split("Raw rows:")[1].split("```json")[1].split("```")[0])
+
+
 def rerender(out: Path) -> None:
     text = out.read_text()
-    rows = json.loads(text.split("Raw rows:")[1].split("```json")[1].split("```")[0])
+    rows = _raw_rows(text)
     head = text.split("\n## Proxy ranker")[0].rstrip("\n").split("\n")
     png = out.with_name(out.stem + "_curve.png")
     out.write_text("\n".join(head + results_markdown(rows, png.name)) + "\n")

@@ -13,13 +13,16 @@
   k-means over all 4000 ran at 3,300). The label is a coordinate rather than a quartile stratum (the earlier
   design): on roller-k80 at ratio 0.7 (seeds 0 and 1, the proxy of ``evaluate_prune``), k-means in label-quartile
   strata kept PCA 0.8009/0.7981 (0.8006/0.7985 with the label as a coordinate too), features + label
-  0.8045/0.8027, random 0.7963/0.7972.
+  0.8045/0.8027, random 0.7963/0.7972. Where at least ``KCENTER_FROM`` (half) of a pool (block) stays, the
+  representatives are picked farthest-first instead (greedy k-center, ``_kcenter_pick``, same coordinates): what
+  goes is what lies nearest a kept record, the most redundant first (session 23, below).
 - ``importance``: an out-of-fold LightGBM lambdarank proxy (2 folds per task: a record is scored by the model that
   did not see it) scores each record by its rank error; informative (hard) records are kept, with a floor of
   easy ones drawn at random so the label distribution does not collapse.
 - ``random``: the control.
 - ``hybrid`` (default): redundancy first, then failed records, then the task's fastest programs for the share
-  ``HYBRID_TOP_SHARE`` of its kept budget, then cluster representatives for the rest, mixed with importance picks
+  ``HYBRID_TOP_SHARE`` of its kept budget, then cluster representatives for the rest (farthest-first where at least
+  half the task stays, as in ``cluster``), mixed with importance picks
   in the share ``HYBRID_IMPORTANCE_SHARE``. Tuned on data (``benchmarks/prune.py``, 3 seeds, reports/prune.md):
   importance picks alone cost the proxy 2.0 (ratio 0.45) and 5.6 (0.7) PCA points against full data on roller-k80,
   cluster representatives 0.1 and 0.9, so the importance share is 0; dropping failed records before the
@@ -111,6 +114,30 @@
   roller-k80 seed 0: conv2d -0.44 (-0.89), depthwise -0.41 (-0.61). 81 of MI50's 112 tasks have 600-1,200
   records in the pool and carry 96% of the loss (seed 0), so no budget moved between task sizes can recover it;
   the loss is spread over the convolution tasks, and on MI50 seed 0 hybrid lost more than random on them.
+  Farthest-first where most of a task stays (session 23, ``KCENTER_FROM``; ``benchmarks/prune_sweep.py`` with
+  ``_kmeans_pick`` swapped for a throwaway greedy k-center, then the product's rule). k-means minimises the mean
+  distance to a kept record, so it keeps a representative of every dense region and thins the sparse ones;
+  farthest-first minimises the largest distance, so when most records stay it drops the ones nearest a kept one:
+  what it removes are near-repeats, what pruning at a low ratio should remove. (PCA, top-1) against full, mean over
+  seeds 0-2, k-means -> farthest-first, ratio 0.45: roller-k80 (-0.16, +0.10) -> (+0.09, +0.04); roller-mi50
+  (-0.39, -0.32) -> (-0.26, +0.26); mmperf-a100 (-0.26, -0.15) -> (-0.18, -0.69); bennu-a100-resnet34 (MetaSchedule)
+  (-0.22, -0.17) -> (+0.01, -0.38): PCA better on all four sets, top-1 up on MI50 and down on the two A100 sets (by
+  about their seed spread). roller-mi50 at 0.2 (+0.07, +0.47) -> (+0.10, +0.44) and at 0.55 (-0.61, -0.28) ->
+  (-0.54, 0.00). The embedded CPU sample (MetaSchedule, 14 tasks of about 150 programs;
+  ``--logs data/sample-cpu``, seeds 0-4) at 0.45 (-1.53, +2.66) -> (-0.78, +2.58), at 0.2 (-0.19, +1.56) -> (-0.63,
+  +3.55); the pruned rows of reports/pca.md (one seed, models trained as the report trains them) moved both ways,
+  by up to 7 PCA points (within-task attention 0.680 -> 0.610, network-wise MLP 0.534 -> 0.568). When most records
+  go it is worse: at 0.7 roller-mi50 (-1.47, -1.82) -> (-1.90, -1.67), mmperf-a100
+  (-1.78, -0.74) -> (-2.29, -0.89), bennu (-1.45, +0.24) -> (-2.00, -0.30): covering the sparse fringe (slow or
+  odd programs) leaves the dense regions, where the test records are, under-represented; half k-means, half
+  farthest-first at 0.7 on MI50 (-1.86, -0.76). Hence the switch at half the pool, the point where more of a region
+  stays than goes; 0.45 (keeps 55%) and 0.7 (keeps 30%) lie either side of it, and nothing between 0.55 and 0.7 was
+  measured. Also tried in session 23 and dropped: half as many k-means clusters with two records each (the one
+  nearest the centre and a partner: the member farthest from it in label, or a random member), to give the proxy a
+  contrast within every region; roller-mi50 at 0.45 (-0.58, +0.96) / (-0.54, -0.06), at 0.7 (-1.72, -0.33) /
+  (-1.59, -0.85): fewer regions cost more PCA than the pairs teach. Farthest-first is also cheaper than k-means
+  (one pass over the block per pick, no Lloyd iterations): at 0.45 over roller-k80, ``cluster`` selects 130k
+  records/s and ``hybrid`` 32k, against 31k and 19k with k-means (reports/prune.md, speed tables).
 
 Invariants (checked): deterministic for a seed; every (hardware, task) keeps its best valid record and at least
 ``min_keep`` records (or all it has); the achieved ratio is within 1% of the request whenever the minimums allow;
@@ -149,6 +176,7 @@ HYBRID_TOP_SHARE = 0.05  # share of a task's kept budget given to its fastest pr
 HYBRID_ALLOCATION_POWER = 1.0  # hybrid: kept records per task proportional to size**power (module docstring)
 CLUSTER_LABEL_WEIGHT = 3.0  # the label's weight among the standardised k-means coordinates (module docstring)
 CLUSTER_BLOCK = 1000  # a task's pool is clustered in random blocks of at most this many records (linear cost)
+KCENTER_FROM = 0.5  # keeping at least this share of a pool: farthest-first (k-center) picks, not k-means (docstring)
 UNIT_RECORDS = 20_000  # records per processing unit (whole tasks): bounds prune's memory whatever the input size
 FEATURE_SLICE = 16_384  # rows featurized at once inside a unit
 SIDE_TABLES = ("workloads", "networks")  # per-task tables of a dataset, copied whole into a pruned dataset
@@ -329,26 +357,54 @@ def _kmeans_pick(x: np.ndarray, k: int, rng: np.random.Generator, iters: int = 8
     return np.sort(picked)
 
 
-def _cluster_select(idx: np.ndarray, k: int, flat: np.ndarray, labels: np.ndarray, rng) -> np.ndarray:
-    """The k records nearest the centres of a k-means over the standardised flat features plus the standardised
-    label weighted ``CLUSTER_LABEL_WEIGHT``: representatives spread over the schedule space and the label range
-    together (see the module docstring for why the label is a coordinate rather than a stratum)."""
-    if k >= len(idx):
-        return idx
+def _kcenter_pick(x: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+    """Indices of k points chosen farthest-first (greedy k-center, Gonzalez 1985): a random first point, then each
+    time the point farthest from every point chosen so far. What it leaves out are the points nearest a kept one, the
+    most redundant first; exact on every CPU for the reason ``_kmeans_pick`` is (the same grid)."""
+    n = len(x)
+    if k >= n:
+        return np.arange(n)
+    x = _on_grid(x)
+    xx = (x * x).sum(1)
+    picked = np.empty(k, np.int64)
+    picked[0] = rng.integers(n)
+    d2 = np.full(n, np.inf)
+    for j in range(k):
+        if j:
+            picked[j] = int(np.argmax(d2))
+        c = x[picked[j]]
+        d2 = np.minimum(d2, np.maximum(xx - 2 * (x @ c) + xx[picked[j]], 0.0))
+    return np.sort(picked)
+
+
+def cluster_coordinates(idx: np.ndarray, flat: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """The coordinates ``cluster`` and ``hybrid`` pick representatives in: the pool's flat features standardised over
+    the pool, plus its standardised label weighted ``CLUSTER_LABEL_WEIGHT``."""
     x = flat[idx].astype(np.float64)
     sd = x.std(0)
     x = (x - x.mean(0)) / np.where(sd > 0, sd, 1)
     lab = labels[idx].astype(np.float64)
     lsd = lab.std()
     lab = (lab - lab.mean()) / (lsd if lsd > 0 else 1)
-    x = np.concatenate([x, CLUSTER_LABEL_WEIGHT * lab[:, None]], axis=1)
+    return np.concatenate([x, CLUSTER_LABEL_WEIGHT * lab[:, None]], axis=1)
+
+
+def _cluster_select(idx: np.ndarray, k: int, flat: np.ndarray, labels: np.ndarray, rng) -> np.ndarray:
+    """k representatives over the standardised flat features plus the standardised label weighted
+    ``CLUSTER_LABEL_WEIGHT``, spread over the schedule space and the label range together (see the module docstring
+    for why the label is a coordinate rather than a stratum): the records nearest the centres of a k-means, or, where
+    at least ``KCENTER_FROM`` of the pool stays, the farthest-first picks of ``_kcenter_pick``."""
+    if k >= len(idx):
+        return idx
+    x = cluster_coordinates(idx, flat, labels)
+    pick = _kcenter_pick if k >= KCENTER_FROM * len(idx) else _kmeans_pick
     if len(idx) <= CLUSTER_BLOCK:
-        return idx[np.sort(_kmeans_pick(x, k, rng))]
+        return idx[np.sort(pick(x, k, rng))]
     # a big task: random blocks of at most CLUSTER_BLOCK records, k shared in proportion; k-means costs pool x kept,
     # so one k-means over a 4,000-record task ran at a sixth of the records/s of a 500-record one
     blocks = np.array_split(rng.permutation(len(idx)), -(-len(idx) // CLUSTER_BLOCK))
     ks = allocate(np.array([len(b) for b in blocks]), k, 0)
-    picks = [b[_kmeans_pick(x[b], int(kb), rng)] for b, kb in zip(blocks, ks) if kb]
+    picks = [b[pick(x[b], int(kb), rng)] for b, kb in zip(blocks, ks) if kb]
     return idx[np.sort(np.concatenate(picks))]
 
 

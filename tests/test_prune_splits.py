@@ -237,6 +237,46 @@ def test_cluster_representatives_cover_the_label_range(pooling, monkeypatch, blo
     assert with_label < 0.85 * features_only, (with_label, features_only)
 
 
+def test_representatives_are_farthest_first_when_most_of_a_task_stays(pooling):
+    """Where at least ``KCENTER_FROM`` of a pool stays, ``_cluster_select`` picks farthest-first (k-center): each pick
+    is the record farthest from the picks before it (checked against a plain loop), so the dropped records lie
+    closer to a kept one than k-means representatives leave them (covering radius, real pooling tasks). Below the
+    share it keeps the k-means representatives."""
+    from tenset_curate import prune as pr
+    from tenset_curate.features import featurize
+
+    df = with_labels(load_records(pooling)).filter(pl.col("is_valid"))
+    flat = featurize(df)["flat"]
+    labels = df["label"].to_numpy()
+    groups = df["task_id"].to_numpy()
+    radius = {"kcenter": [], "kmeans": []}
+    for t in np.unique(groups):
+        idx = np.flatnonzero(groups == t)[:pr.CLUSTER_BLOCK]  # one block: the picks of one _kcenter_pick call
+        if len(idx) < 200:
+            continue
+        x = pr._on_grid(pr.cluster_coordinates(idx, flat, labels)) / pr.KMEANS_GRID
+        k = int(np.ceil(pr.KCENTER_FROM * len(idx))) + 3
+        sel = pr._cluster_select(idx, k, flat, labels, np.random.default_rng(0))
+        assert np.array_equal(sel, pr._cluster_select(idx, k, flat, labels, np.random.default_rng(0)))
+        first = int(np.random.default_rng(0).integers(len(idx)))
+        ref, d = [first], ((x - x[first]) ** 2).sum(1)
+        for _ in range(k - 1):
+            ref.append(int(np.argmax(d)))
+            d = np.minimum(d, ((x - x[ref[-1]]) ** 2).sum(1))
+        assert np.array_equal(sel, idx[np.sort(ref)])
+        km = idx[pr._kmeans_pick(pr.cluster_coordinates(idx, flat, labels), k, np.random.default_rng(0))]
+        for name, kept in (("kcenter", sel), ("kmeans", km)):
+            pos = np.searchsorted(idx, kept)
+            dist = ((x[:, None, :] - x[None, pos, :]) ** 2).sum(2).min(1)
+            radius[name].append(float(np.sqrt(dist.max())))
+        # under the share: the k-means representatives, as before
+        small = len(idx) // 4
+        assert np.array_equal(pr._cluster_select(idx, small, flat, labels, np.random.default_rng(1)), idx[
+            pr._kmeans_pick(pr.cluster_coordinates(idx, flat, labels), small, np.random.default_rng(1))])
+    assert len(radius["kcenter"]) >= 5
+    assert all(a < b for a, b in zip(radius["kcenter"], radius["kmeans"])), radius
+
+
 def test_importance_scores_a_task_bigger_than_a_lightgbm_query(pooling):
     """A task with more than 2 x 10,000 records (one fold over LightGBM's query limit) is scored, not a crash:
     the real pooling records, repeated into one task of 21,000."""
