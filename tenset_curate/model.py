@@ -136,8 +136,8 @@ Positions by primitive (``positions``; attention only, ``"absolute"`` by default
     the same rate, inference at about 0.85x absolute's (``benchmarks/train.py``, ``attention-kind``: 2 threads 26.9k
     / 92.7k records/s against 29.4k / 110k, same run; session 23, quiet machine: 26.8k / 92.8k against 28.2k /
     112.0k). The network's forward costs what the absolute one does (the patch sums of the id embeddings are one
-    ``embedding_bag``); the gap is ``kind_positions`` itself, 0.08-0.09 s per 50k records. Directories saved before the option existed load with
-    ``"absolute"``.
+    ``embedding_bag``); the gap is ``kind_positions`` itself, 0.08-0.09 s per 50k records. Directories saved before
+    the option existed load with ``"absolute"``.
 
 Fine-tuning (``Ranker.fine_tune``; ``training.fit_on_frame`` calls it for a few-shot split's target hardware)
     A fitted model goes on training on one part of the data alone, typically the records of the hardware it will
