@@ -131,9 +131,11 @@
   (-1.78, -0.74) -> (-2.29, -0.89), bennu (-1.45, +0.24) -> (-2.00, -0.30): covering the sparse fringe (slow or
   odd programs) leaves the dense regions, where the test records are, under-represented; half k-means, half
   farthest-first at 0.7 on MI50 (-1.86, -0.76). Hence the switch at half the pool, the point where more of a region
-  stays than goes; 0.45 (keeps 55%) and 0.7 (keeps 30%) lie either side of it, and nothing between 0.55 and 0.7 was
-  measured. Also tried in session 23 and dropped: half as many k-means clusters with two records each (the one
-  nearest the centre and a partner: the member farthest from it in label, or a random member), to give the proxy a
+  stays than goes; 0.45 (keeps 55%) and 0.7 (keeps 30%) lie either side of it. Between them, at 0.6 (keeps 40%;
+  ``--set KCENTER_FROM=0.35`` against the default) roller-mi50 gives k-means (-0.93, -1.09), farthest-first (-0.95,
+  -0.93): a tie, so the crossing lies near 40% and the switch at half errs towards k-means. Also tried in
+  session 23 and dropped: half as many k-means clusters with two records each (the one nearest the centre and a
+  partner: the member farthest from it in label, or a random member), to give the proxy a
   contrast within every region; roller-mi50 at 0.45 (-0.58, +0.96) / (-0.54, -0.06), at 0.7 (-1.72, -0.33) /
   (-1.59, -0.85): fewer regions cost more PCA than the pairs teach. Farthest-first is also cheaper than k-means
   (one pass over the block per pick, no Lloyd iterations): at 0.45 over roller-k80, ``cluster`` selects 130k
