@@ -308,6 +308,22 @@ def _on_grid(x: np.ndarray) -> np.ndarray:
     return np.round(np.clip(x, -KMEANS_CLIP, KMEANS_CLIP) * KMEANS_GRID)
 
 
+def _greedy_seeds(x: np.ndarray, xx: np.ndarray, k: int, rng: np.random.Generator, choose) -> np.ndarray:
+    """k point indices picked one at a time over grid points ``x`` (``xx``: their squared norms): a random first
+    point, then ``choose(d2)`` on every point's squared distance to its nearest pick so far. k-means++ seeding draws
+    in proportion to ``d2``; farthest-first (``_kcenter_pick``) takes its argmax."""
+    n = len(x)
+    picked = np.empty(k, np.int64)
+    picked[0] = rng.integers(n)
+    d2 = np.full(n, np.inf)
+    for j in range(k):
+        if j:
+            picked[j] = choose(d2)
+        c = x[picked[j]]
+        d2 = np.minimum(d2, np.maximum(xx - 2 * (x @ c) + xx[picked[j]], 0.0))
+    return picked
+
+
 def _kmeans_pick(x: np.ndarray, k: int, rng: np.random.Generator, iters: int = 8) -> np.ndarray:
     """Indices of the k points nearest k-means centres (k-means++ init, Lloyd iterations).
 
@@ -327,14 +343,9 @@ def _kmeans_pick(x: np.ndarray, k: int, rng: np.random.Generator, iters: int = 8
         raise ValueError(f"k-means over {x.shape[1]} features: products would leave float64's exact integers")
     x = _on_grid(x)
     xx = (x * x).sum(1)
-    first = x[rng.integers(n)]
-    c = np.empty((k, x.shape[1]), x.dtype)
-    c[0] = first
-    d2 = np.maximum(xx - 2 * (x @ first) + first @ first, 0.0)
-    for j in range(1, k):
-        tot = d2.sum()
-        c[j] = x[rng.choice(n, p=d2 / tot)] if tot > 0 else x[rng.choice(n)]
-        d2 = np.minimum(d2, np.maximum(xx - 2 * (x @ c[j]) + c[j] @ c[j], 0.0))
+    # k-means++: each next centre drawn with probability proportional to its squared distance to the nearest one
+    c = x[_greedy_seeds(x, xx, k, rng, lambda d2: rng.choice(n, p=d2 / d2.sum()) if d2.sum() > 0
+                        else rng.choice(n))]
     rows = np.arange(n)
     for _ in range(iters):
         a = (xx[:, None] - 2 * (x @ c.T) + (c * c).sum(1)[None]).argmin(1)
@@ -367,16 +378,7 @@ def _kcenter_pick(x: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray
     if k >= n:
         return np.arange(n)
     x = _on_grid(x)
-    xx = (x * x).sum(1)
-    picked = np.empty(k, np.int64)
-    picked[0] = rng.integers(n)
-    d2 = np.full(n, np.inf)
-    for j in range(k):
-        if j:
-            picked[j] = int(np.argmax(d2))
-        c = x[picked[j]]
-        d2 = np.minimum(d2, np.maximum(xx - 2 * (x @ c) + xx[picked[j]], 0.0))
-    return np.sort(picked)
+    return np.sort(_greedy_seeds(x, (x * x).sum(1), k, rng, lambda d2: int(np.argmax(d2))))
 
 
 def cluster_coordinates(idx: np.ndarray, flat: np.ndarray, labels: np.ndarray) -> np.ndarray:
