@@ -538,6 +538,7 @@ def test_kind_positions_move_only_the_primitive_that_lost_a_step(k80_mi50_datase
     np.testing.assert_array_equal(after[moved], before[moved] - 1)
     with pytest.raises(ValueError, match="kind_positions needs"):
         kind_positions(tok[:, :, :5], mask)
+    assert not kind_positions(tok[:3], np.zeros_like(mask[:3])).any()  # padding only: no columns to count
 
     data = arrays(df.with_columns(label=pl.col("mean_cost").min().over("task_id") / pl.col("mean_cost"),
                                   op_class=pl.lit("conv2d")))
