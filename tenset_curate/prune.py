@@ -140,6 +140,17 @@
   (-1.59, -0.85): fewer regions cost more PCA than the pairs teach. Farthest-first is also cheaper than k-means
   (one pass over the block per pick, no Lloyd iterations): at 0.45 over roller-k80, ``cluster`` selects 130k
   records/s and ``hybrid`` 32k, against 31k and 19k with k-means (reports/prune.md, speed tables).
+  Tried in session 24 and dropped: coordinates from per-pool ranks instead of standardised values (a tree ranker,
+  the proxy included, sees a feature only through its order, and ranks stop a few heavy-tailed tile statistics
+  from deciding the distances). (PCA, top-1) against full, seeds 0-2, standardised -> ranks: roller-k80 0.45
+  (+0.09, +0.04) -> (-0.13, -0.29), 0.7 (-0.91, -0.38) -> (-0.89, -0.31); roller-mi50 0.45 (-0.26, +0.26) ->
+  (-0.30, +1.32), 0.7 (-1.47, -1.82) -> (-1.32, -1.38); mmperf-a100 0.45 (-0.18, -0.69) -> (-0.14, +0.07), 0.7
+  (-1.78, -0.74) -> (-1.82, -0.33); bennu 0.45 (+0.01, -0.38) -> (-0.05, -0.18), 0.7 (-1.45, +0.24) -> (-1.23,
+  +0.58). The label as a rank too: roller-mi50 0.45 (-0.32, +0.21), 0.7 (-1.44, -1.54); ranks with label weight 5:
+  (-0.18, +0.10), (-1.38, -1.46). It moves which sets meet the 0.45 bar (K80 out, mmperf-a100 in) by about the
+  seed spread and leaves every 0.7 row more than 0.2 points from the 1-point bar. Top share 0.05 -> 0.1 with
+  farthest-first at 0.45: mmperf-a100 (-0.18, -0.69) -> (-0.21, +0.25), bennu (+0.01, -0.38) -> (+0.01, -0.25),
+  share 0 on mmperf-a100 (-0.32, 0.00): again inside the seed spread of top-1 (paired sd 0.33 / 0.77 points).
 
 Invariants (checked): deterministic for a seed; every (hardware, task) keeps its best valid record and at least
 ``min_keep`` records (or all it has); the achieved ratio is within 1% of the request whenever the minimums allow;
