@@ -195,6 +195,7 @@ TORCH_WEIGHTS = "model.pt"
 LGB_WEIGHTS = "model.txt"
 POSITIONS = ("absolute", "kind")  # AttentionRanker's ``positions``
 KIND_OCCURRENCES = 16  # positions="kind": occurrences of one primitive told apart (later ones share the last)
+KIND_CHUNK = 16384  # kind_positions' records per chunk: a [chunk, L, D] float32 slice is 134 MB at L=64, D=32
 
 
 class ModelLoadError(RuntimeError):
@@ -348,7 +349,7 @@ def kind_positions(tokens, mask: np.ndarray) -> np.ndarray:
     out = np.zeros((N, L), np.int16)
     code = np.zeros(tokens.shape[2], np.float32)
     code[:P] = np.arange(1, P + 1)  # a dot product with the token reads 1 + its primitive; 0: none (padding)
-    step = 16384  # records per chunk: a [step, L, D] float32 slice is at most 134 MB at L=64, D=32
+    step = KIND_CHUNK
     for a in range(0, N, step):
         m = mask[a: a + step]
         used = np.flatnonzero(m.any(axis=0))

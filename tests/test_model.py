@@ -495,7 +495,7 @@ def test_attention_does_not_read_the_workload_arguments_unless_asked(real_splits
         off.flat_inputs(test, test["flat"][:, :10])
 
 
-def test_kind_positions_move_only_the_primitive_that_lost_a_step(k80_mi50_dataset, tmp_path):
+def test_kind_positions_move_only_the_primitive_that_lost_a_step(k80_mi50_dataset, tmp_path, monkeypatch):
     """``positions="kind"`` numbers each token by (primitive, how many tokens of that primitive came before it)
     (``model.kind_positions``). On the project's own tokens of real K80 records: every id decodes to the token's
     primitive and its occurrence count (counted here by a plain loop); with one split dropped from a record (what a
@@ -539,6 +539,11 @@ def test_kind_positions_move_only_the_primitive_that_lost_a_step(k80_mi50_datase
     with pytest.raises(ValueError, match="kind_positions needs"):
         kind_positions(tok[:, :, :5], mask)
     assert not kind_positions(tok[:3], np.zeros_like(mask[:3])).any()  # padding only: no columns to count
+    # in chunks of records, each counted up to its own longest record (short records first, so widths differ)
+    by_len = np.argsort(mask.sum(1), kind="stable")
+    with monkeypatch.context() as mp:
+        mp.setattr("tenset_curate.model.KIND_CHUNK", 7)
+        np.testing.assert_array_equal(kind_positions(tok[by_len], mask[by_len]), ids[by_len])
 
     data = arrays(df.with_columns(label=pl.col("mean_cost").min().over("task_id") / pl.col("mean_cost"),
                                   op_class=pl.lit("conv2d")))
