@@ -151,6 +151,10 @@
   seed spread and leaves every 0.7 row more than 0.2 points from the 1-point bar. Top share 0.05 -> 0.1 with
   farthest-first at 0.45: mmperf-a100 (-0.18, -0.69) -> (-0.21, +0.25), bennu (+0.01, -0.38) -> (+0.01, -0.25),
   share 0 on mmperf-a100 (-0.32, 0.00): again inside the seed spread of top-1 (paired sd 0.33 / 0.77 points).
+  Over ten seeds (0-9) the defaults at 0.45 give mmperf-a100 (-0.36, -0.15) and bennu (-0.20, -0.43), random
+  (-1.05, -0.88) and (-0.99, -0.78): the A100 sets' small loss is real, not a three-seed draw. Farthest-first for
+  half the budget and the rest at random (to keep some of the dense regions' density): 0.45 roller-k80 (-0.33,
+  +0.03), roller-mi50 (-0.30, +0.69), mmperf-a100 (-0.59, +0.22), bennu (-0.29, +0.14): top-1 for PCA again.
 
 Invariants (checked): deterministic for a seed; every (hardware, task) keeps its best valid record and at least
 ``min_keep`` records (or all it has); the achieved ratio is within 1% of the request whenever the minimums allow;
