@@ -148,7 +148,7 @@
   (-1.78, -0.74) -> (-1.82, -0.33); bennu 0.45 (+0.01, -0.38) -> (-0.05, -0.18), 0.7 (-1.45, +0.24) -> (-1.23,
   +0.58). The label as a rank too: roller-mi50 0.45 (-0.32, +0.21), 0.7 (-1.44, -1.54); ranks with label weight 5:
   (-0.18, +0.10), (-1.38, -1.46). It moves which sets meet the 0.45 bar (K80 out, mmperf-a100 in) by about the
-  seed spread and leaves every 0.7 row more than 0.2 points from the 1-point bar. Top share 0.05 -> 0.1 with
+  seed spread and leaves the second sets' 0.7 rows more than 0.2 points from the 1-point bar. Top share 0.05 -> 0.1 with
   farthest-first at 0.45: mmperf-a100 (-0.18, -0.69) -> (-0.21, +0.25), bennu (+0.01, -0.38) -> (+0.01, -0.25),
   share 0 on mmperf-a100 (-0.32, 0.00): again inside the seed spread of top-1 (paired sd 0.33 / 0.77 points).
   Over ten seeds (0-9) the defaults at 0.45 give mmperf-a100 (-0.36, -0.15) and bennu (-0.20, -0.43), random
