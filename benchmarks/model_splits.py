@@ -2,6 +2,7 @@
 
     python benchmarks/model_splits.py [--realdata ../shared/realdata] [--epochs 24] [--models attention gbdt mlp]
         [--splits ...] [--seeds 0 1 2] [--split-seeds 0 1 2 3 4 5] [--merge]
+    python benchmarks/model_splits.py --add-runs OTHER.json [...]    # fold more seeds run elsewhere into --out
 
 Converts roller-k80 and roller-mi50 (cached under --work), makes the splits of issue #6 and trains each model on the
 train part (valid part for early stopping), scoring TenSet's metrics on the test part:
@@ -96,6 +97,57 @@ def _cell(row: dict, k: str) -> str:
     return f"{row[k]:.3f}" + (f" +- {sd:.3f}" if sd is not None else "")
 
 
+def summarise(row: dict, kruns: list[dict]) -> dict:
+    """``row`` (split, model, record counts) completed from its runs (one per (split seed, model seed)): the mean of
+    each metric, its sd over runs when there are several (a random ranking's PCA is exactly 0.5), the mean train
+    seconds, the model seeds, and the runs themselves when there are several."""
+    random = row["model"] == "random"
+    row = {**row, "seconds": 0 if random else round(float(np.mean([x["seconds"] for x in kruns])), 1)}
+    if not random:
+        row["seeds"] = list(dict.fromkeys(x["seed"] for x in kruns))
+    for k in ("pca", "top1", "top5"):
+        v = np.array([x[k] for x in kruns])
+        row[k] = round(float(v.mean()), 4)
+        if len(kruns) > 1 and (not random or k != "pca"):
+            row[f"{k}_sd"] = round(float(v.std(ddof=1)), 4)
+    if len(kruns) > 1:
+        row["runs"] = kruns
+    return row
+
+
+def _runs(row: dict) -> list[dict]:
+    """A row's runs; a one-run row keeps its only run in the row itself."""
+    if "runs" in row:
+        return row["runs"]
+    return [{"seed": row.get("seeds", [0])[0], **{k: row[k] for k in ("pca", "top1", "top5", "seconds")}}]
+
+
+def add_runs(rows: list[dict], others: list[list[dict]]) -> list[dict]:
+    """Fold the runs of ``others`` (rows of other runs of this benchmark, e.g. more model seeds run in another
+    process) into ``rows`` of the same split and model; a (split seed, seed) run present in both must agree."""
+    rows = [dict(r) for r in rows]
+    at = {(r["split"], r["model"]): i for i, r in enumerate(rows)}
+    for other in others:
+        for o in other:
+            i = at.get((o["split"], o["model"]))
+            if i is None or o["model"] == "random":
+                continue
+            runs = {(x.get("split_seed"), x["seed"]): x for x in _runs(rows[i])}
+            n = len(runs)
+            for x in _runs(o):
+                key = (x.get("split_seed"), x["seed"])
+                if key in runs and any(runs[key][k] != x[k] for k in ("pca", "top1", "top5")):
+                    raise SystemExit(f"{o['split']} / {o['model']}: seed {x['seed']} differs between the files "
+                                     f"({runs[key]} against {x}): not the same code or data")
+                runs.setdefault(key, x)
+            if len(runs) == n:
+                continue
+            base = {k: rows[i][k] for k in ("split", "model", "train_records", "test_records", "split_seeds")
+                    if k in rows[i]}
+            rows[i] = summarise(base, sorted(runs.values(), key=lambda x: (x.get("split_seed") or 0, x["seed"])))
+    return rows
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--realdata", default=str(Path(__file__).resolve().parents[2] / "shared" / "realdata"))
@@ -112,7 +164,22 @@ def main(argv=None):
     ap.add_argument("--out", default="reports/model_splits.md")
     ap.add_argument("--merge", action="store_true",
                     help="keep the rows of --out's JSON for the (split, model) pairs this run does not train")
+    ap.add_argument("--add-runs", nargs="+", default=None, metavar="JSON",
+                    help="train nothing: fold the per-seed runs of these .json files (other runs of this benchmark, "
+                         "e.g. more seeds run in another process) into --out's rows of the same split and model")
     a = ap.parse_args(argv)
+    if a.add_runs:
+        out = Path(a.out)
+        old = json.loads(out.with_suffix(".json").read_text())
+        rows = add_runs(old, [json.loads(Path(f).read_text()) for f in a.add_runs])
+        if rows == old:
+            print(f"{out}: no run in {', '.join(a.add_runs)} that it lacks; left as it is")
+            return
+        head = out.read_text().split("\n", 3)[2] if out.is_file() else ""
+        command = head.removeprefix("Command: `").removesuffix("`") if head.startswith("Command: `") else ""
+        this = f"python {' '.join(['benchmarks/model_splits.py', *(argv if argv is not None else sys.argv[1:])])}"
+        write_report(out, rows, f"{command}`; runs folded in by `{this}")  # the table's own command stays first
+        return
     ds = convert_sets(a.realdata, a.work)
     rows = []
     for name in a.splits:
@@ -144,20 +211,8 @@ def main(argv=None):
                     print(json.dumps({"split": label, "model": kind, **runs[kind][-1]}), flush=True)
         train_n, test_n = (int(round(float(np.mean(v)))) for v in zip(*sizes))
         for kind, kruns in runs.items():
-            row = {"split": label, "model": kind, "train_records": train_n, "test_records": test_n,
-                   "seconds": 0 if kind == "random" else round(float(np.mean([x["seconds"] for x in kruns])), 1)}
-            if kind != "random":
-                row["seeds"] = a.seeds
-            if a.split_seeds:
-                row["split_seeds"] = split_seeds
-            for k in ("pca", "top1", "top5"):
-                v = np.array([x[k] for x in kruns])
-                row[k] = round(float(v.mean()), 4)
-                if len(kruns) > 1 and (kind != "random" or k != "pca"):
-                    row[f"{k}_sd"] = round(float(v.std(ddof=1)), 4)
-            if len(kruns) > 1:
-                row["runs"] = kruns
-            rows.append(row)
+            rows.append(summarise({"split": label, "model": kind, "train_records": train_n, "test_records": test_n,
+                                   **({"split_seeds": split_seeds} if a.split_seeds else {})}, kruns))
     if a.merge and Path(a.out).with_suffix(".json").is_file():
         done = {(r["split"], r["model"]) for r in rows}
         old = [r for r in json.loads(Path(a.out).with_suffix(".json").read_text())
@@ -165,8 +220,14 @@ def main(argv=None):
         order = {n: i for i, n in enumerate(SPLITS)}
         rows = sorted(old + rows, key=lambda r: (order.get(r["split"].split("@")[0], 99), r["split"],
                                                  r["model"] != "random", r["model"]))
+    command = f"python {' '.join(['benchmarks/model_splits.py', *(argv if argv is not None else sys.argv[1:])])}"
+    write_report(a.out, rows, command)
+
+
+def write_report(out: str | Path, rows: list[dict], command: str) -> None:
+    """The table of ``rows`` above the notes of ``out`` (kept), and the rows as ``out``'s .json."""
     lines = ["# Cost models on the real GPU logs, per split", "",
-             f"Command: `python {' '.join(['benchmarks/model_splits.py', *(argv if argv is not None else sys.argv[1:])])}`",
+             f"Command: `{command}`",
              "", "Test part of each split; TenSet's metrics (tenset_curate/metrics.py); `random` is the exact "
              "expectation of a random ranking. Several seeds: the mean, +- the sd over seeds; train seconds per seed. "
              "`NAME@A-B`: the split drawn with split seeds A to B (other held-out sets), mean and sd over every "
@@ -176,10 +237,10 @@ def main(argv=None):
              "|---|---|---|---:|---:|---:|---:|---:|---:|"]
     lines += [f"| {r['split']} | {r['model']} | {_seeds(r)} | {_cell(r, 'pca')} | {_cell(r, 'top1')} | "
               f"{_cell(r, 'top5')} | {r['train_records']} | {r['test_records']} | {r['seconds']} |" for r in rows]
-    old_text = Path(a.out).read_text() if Path(a.out).is_file() else ""
+    old_text = Path(out).read_text() if Path(out).is_file() else ""
     notes = old_text.split(NOTES_MARK, 1)[1] if NOTES_MARK in old_text else ""
-    Path(a.out).write_text("\n".join(lines) + "\n\n" + NOTES_MARK + notes)
-    Path(a.out).with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")
+    Path(out).write_text("\n".join(lines) + "\n\n" + NOTES_MARK + notes)
+    Path(out).with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")
     print("\n".join(lines))
 
 
