@@ -39,10 +39,13 @@ Session 22 (reports/model_splits.md, "Positions by primitive"): ``fit_on_frame``
 ``positions`` by split (``training.positions_for``: ``kind`` with an operator class held out), so the absolute
 positions on such a split take ``--hp 'positions="absolute"'``. Three seeds each, absolute -> kind, PCA / top-1 /
 top-5: no_depthwise 0.656 / 0.779 / 0.879 -> 0.690 / 0.768 / 0.896; no_pooling 0.578 / 0.410 / 0.664 -> 0.897 /
-0.950 / 0.971; no_dense 0.651 / 0.869 / 0.943 -> 0.633 / 0.828 / 0.936. Seed 0, ``--hp 'positions="kind"'`` (weight
-0.05 here on every split): within_k80 0.868 / 0.972 / 0.992 -> 0.852 / 0.966 / 0.989, k80_mi50 0.757 / 0.874 / 0.926
--> 0.744 / 0.842 / 0.923, k80_mi50_fs10 0.844 / 0.904 / 0.968 -> 0.816 / 0.904 / 0.953, k80_tasks 0.748 / 0.933 /
-0.954 -> 0.739 / 0.930 / 0.954.
+0.950 / 0.971; no_dense 0.651 / 0.869 / 0.943 -> 0.633 / 0.828 / 0.936. Session 25: since 8de3aee the kind model trains
+to other weights from the same seed (``--splits no_dense --seeds 0``: 0.647 / 0.884 / 0.942 -> 0.607 / 0.677 / 0.921);
+seeds 0-2 at HEAD no_depthwise 0.684 / 0.757 / 0.880, no_pooling 0.903 / 0.976 / 0.987, no_dense 0.612 / 0.772 / 0.924
+(reports/model_splits.md, "The operator rows on the current code"). Seed 0, ``--hp 'positions="kind"'`` (weight 0.05
+here on every split): within_k80 0.868 / 0.972 / 0.992 -> 0.852 / 0.966 / 0.989, k80_mi50 0.757 / 0.874 / 0.926 -> 0.744
+/ 0.842 / 0.923, k80_mi50_fs10 0.844 / 0.904 / 0.968 -> 0.816 / 0.904 / 0.953, k80_tasks 0.748 / 0.933 / 0.954 -> 0.739
+/ 0.930 / 0.954.
 """
 from __future__ import annotations
 

@@ -124,7 +124,10 @@ Positions by primitive (``positions``; attention only, ``"absolute"`` by default
     only the splits after it. It transfers to held-out operators and costs within a task: measured with
     ``benchmarks/attention_loss.py`` (three seeds; PCA / top-1 / top-5, absolute -> kind) with depthwise held out
     0.656 / 0.779 / 0.879 -> 0.690 / 0.768 / 0.896, pooling held out 0.578 / 0.410 / 0.664 -> 0.897 / 0.950 / 0.971
-    (absolute's seeds 0.40 to 0.70 PCA), dense held out 0.651 / 0.869 / 0.943 -> 0.633 / 0.828 / 0.936; seed 0
+    (absolute's seeds 0.40 to 0.70 PCA), dense held out 0.651 / 0.869 / 0.943 -> 0.633 / 0.828 / 0.936 (session 22's
+    code; since the ``embedding_bag`` below the same seeds train to other weights, and over five seeds kind gives
+    0.686 / 0.761 / 0.880, 0.887 / 0.976 / 0.986 and 0.623 / 0.736 / 0.918: reports/model_splits.md, "The operator
+    rows on the current code"); seed 0
     within-task roller-k80 0.868 / 0.972 -> 0.852 / 0.966, K80 -> MI50 zero-shot 0.757 / 0.874 -> 0.744 / 0.842,
     unseen tasks 0.748 -> 0.739 PCA (reports/model_splits.md, "Positions by primitive"). So ``training.positions_for``
     (``curate train --positions auto``) picks ``"kind"`` where most test records are of operator classes the model

@@ -314,10 +314,13 @@ def positions_for(df: pl.DataFrame) -> str:
     model_splits.md, "Positions by primitive"): depthwise held out 0.656 / 0.779 / 0.879 -> 0.690 / 0.768 / 0.896,
     pooling held out 0.578 / 0.410 / 0.664 -> 0.897 / 0.950 / 0.971 (absolute's PCA 0.40 to 0.70 by seed, below a
     random pick's top-1 in two seeds), dense held out 0.651 / 0.869 / 0.943 -> 0.633 / 0.828 / 0.936 (12 tasks; the
-    one operator where kind lost); on the embedded CPU sample's operator split (MetaSchedule traces; reports/pca.md)
-    0.477 / 0.330 / 0.409 -> 0.647 / 0.422 / 0.457. Where the test operators train, ``"kind"`` lost in every split
-    tried (seed 0): within-task roller-k80 PCA / top-1 0.868 / 0.972 -> 0.852 / 0.966, zero-shot K80 -> MI50 0.757 /
-    0.874 -> 0.744 / 0.842, K80 + 10% MI50 PCA 0.844 -> 0.816, unseen roller-k80 tasks 0.748 -> 0.739. A model
+    one operator where kind lost). The current code's kind model, five seeds: 0.686 / 0.761 / 0.880, 0.887 / 0.976 /
+    0.986, and 0.623 / 0.736 / 0.918 on dense, under a random pick's top-1 (0.790) and behind GBDT's 0.649 / 0.893 /
+    0.925 (reports/model_splits.md, "The operator rows on the current code"); on the embedded CPU sample's operator
+    split (MetaSchedule traces; reports/pca.md) 0.477 / 0.330 / 0.409 -> 0.647 / 0.422 / 0.457. Where the test operators
+    train, ``"kind"`` lost in every split tried (seed 0): within-task roller-k80 PCA / top-1 0.868 / 0.972 -> 0.852 /
+    0.966, zero-shot K80 -> MI50 0.757 / 0.874 -> 0.744 / 0.842, K80 + 10% MI50 PCA 0.844 -> 0.816, unseen roller-k80
+    tasks 0.748 -> 0.739. A model
     trained without a test part (the verifier's) keeps ``"absolute"``."""
     share = unseen_operator_share(df)
     return "kind" if share is not None and share > 0.5 else "absolute"
