@@ -119,7 +119,8 @@ def _runs(row: dict) -> list[dict]:
     """A row's runs; a one-run row keeps its only run in the row itself."""
     if "runs" in row:
         return row["runs"]
-    return [{"seed": row.get("seeds", [0])[0], **{k: row[k] for k in ("pca", "top1", "top5", "seconds")}}]
+    split_seed = {"split_seed": row["split_seeds"][0]} if "split_seeds" in row else {}
+    return [{**split_seed, "seed": row.get("seeds", [0])[0], **{k: row[k] for k in ("pca", "top1", "top5", "seconds")}}]
 
 
 def add_runs(rows: list[dict], others: list[list[dict]]) -> list[dict]:
@@ -177,8 +178,8 @@ def main(argv=None):
             return
         head = out.read_text().split("\n", 3)[2] if out.is_file() else ""
         command = head.removeprefix("Command: `").removesuffix("`") if head.startswith("Command: `") else ""
-        this = f"python {' '.join(['benchmarks/model_splits.py', *(argv if argv is not None else sys.argv[1:])])}"
-        write_report(out, rows, f"{command}`; runs folded in by `{this}")  # the table's own command stays first
+        # the command of the table's own runs stays first
+        write_report(out, rows, f"{command}`; runs folded in by `{_command(argv)}")
         return
     ds = convert_sets(a.realdata, a.work)
     rows = []
@@ -220,8 +221,12 @@ def main(argv=None):
         order = {n: i for i, n in enumerate(SPLITS)}
         rows = sorted(old + rows, key=lambda r: (order.get(r["split"].split("@")[0], 99), r["split"],
                                                  r["model"] != "random", r["model"]))
-    command = f"python {' '.join(['benchmarks/model_splits.py', *(argv if argv is not None else sys.argv[1:])])}"
-    write_report(a.out, rows, command)
+    write_report(a.out, rows, _command(argv))
+
+
+def _command(argv) -> str:
+    """This run's command line, as the report's header shows it."""
+    return f"python {' '.join(['benchmarks/model_splits.py', *(argv if argv is not None else sys.argv[1:])])}"
 
 
 def write_report(out: str | Path, rows: list[dict], command: str) -> None:
