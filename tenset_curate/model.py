@@ -352,14 +352,13 @@ def kind_positions(tokens, mask: np.ndarray) -> np.ndarray:
     out = np.zeros((N, L), np.int16)
     code = np.zeros(tokens.shape[2], np.float32)
     code[:P] = np.arange(1, P + 1)  # a dot product with the token reads 1 + its primitive; 0: none (padding)
-    step = KIND_CHUNK
-    for a in range(0, N, step):
-        m = mask[a: a + step]
+    for a in range(0, N, KIND_CHUNK):
+        m = mask[a: a + KIND_CHUNK]
         used = np.flatnonzero(m.any(axis=0))
         w = int(used[-1]) + 1 if used.size else 0  # columns past the chunk's longest record stay 0
         if w == 0:
             continue
-        k = np.rint(np.asarray(tokens[a: a + step]) @ code)[:, :w].astype(np.int16)  # whole rows: one GEMV
+        k = np.rint(np.asarray(tokens[a: a + KIND_CHUNK]) @ code)[:, :w].astype(np.int16)  # whole rows: one GEMV
         k[~m[:, :w]] = 0
         # occurrence = how many earlier tokens of the record have the same primitive: one counter per (record,
         # primitive) in a flat array, read and bumped column by column (w passes over the chunk; an argsort by
@@ -373,7 +372,7 @@ def kind_positions(tokens, mask: np.ndarray) -> np.ndarray:
             occ[j] = c
             count[slot[j]] = c + 1
         occ = np.minimum(occ.T, KIND_OCCURRENCES - 1)
-        out[a: a + step, :w] = np.where(k > 0, (k - 1) * KIND_OCCURRENCES + occ, 0)
+        out[a: a + KIND_CHUNK, :w] = np.where(k > 0, (k - 1) * KIND_OCCURRENCES + occ, 0)
     return out
 
 
