@@ -155,6 +155,13 @@
   (-1.05, -0.88) and (-0.99, -0.78): the A100 sets' small loss is real, not a three-seed draw. Farthest-first for
   half the budget and the rest at random (to keep some of the dense regions' density): 0.45 roller-k80 (-0.33,
   +0.03), roller-mi50 (-0.30, +0.69), mmperf-a100 (-0.59, +0.22), bennu (-0.29, +0.14): top-1 for PCA again.
+  Tried in session 26, ten seeds (0-9) at 0.45, against the defaults' mmperf-a100 (-0.36, -0.15) and bennu (-0.20,
+  -0.43): the label coordinate stretched at the top, -log(1 - label + 0.02) before standardising, so that
+  farthest-first tells the near-best programs apart where top-1 is decided (throwaway ``/tmp`` wrapper of
+  ``benchmarks/prune_sweep.py`` replacing ``cluster_coordinates``' label column): mmperf-a100 (-0.48, +0.02), bennu
+  (-0.28, -1.01); mmperf-a100 at 0.7 (k-means) (-1.94, -0.41) against the defaults' (-1.94, -0.70) over the same
+  ten seeds (three seeds gave -1.78); the label weight for farthest-first (``--set CLUSTER_LABEL_WEIGHT=...``, tuned on k-means
+  before): mmperf-a100 1.5 (-0.34, -0.27), 6 (-0.28, -0.22). Nothing outside the seed spread, no bar met.
 
 Invariants (checked): deterministic for a seed; every (hardware, task) keeps its best valid record and at least
 ``min_keep`` records (or all it has); the achieved ratio is within 1% of the request whenever the minimums allow;
