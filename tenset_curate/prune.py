@@ -161,8 +161,9 @@
   ``benchmarks/prune_sweep.py`` replacing ``cluster_coordinates``' label column): mmperf-a100 (-0.48, +0.02), bennu
   (-0.28, -1.01); mmperf-a100 at 0.7 (k-means) (-1.94, -0.41) against the defaults' (-1.94, -0.70) over the same
   ten seeds (three seeds gave -1.78); the label weight for farthest-first (``--set CLUSTER_LABEL_WEIGHT=...``,
-  tuned on k-means before): mmperf-a100 1.5 (-0.34, -0.27), 6 (-0.28, -0.22). Nothing outside the seed spread, no
-  bar met.
+  tuned on k-means before): mmperf-a100 1.5 (-0.34, -0.27), 6 (-0.28, -0.22). k-means run to 30 Lloyd iterations
+  instead of 8 (``_kmeans_pick``'s ``iters``), mmperf-a100 at 0.7: (-2.01, -0.82). Nothing outside the seed spread,
+  no bar met.
 
 Invariants (checked): deterministic for a seed; every (hardware, task) keeps its best valid record and at least
 ``min_keep`` records (or all it has); the achieved ratio is within 1% of the request whenever the minimums allow;
