@@ -118,6 +118,8 @@ def prune(
     seed: int = typer.Option(0),
     min_keep: int = typer.Option(8, help="records every task keeps at least"),
     evaluate: bool = typer.Option(False, help="also train a proxy ranker on full vs pruned vs random data"),
+    evaluate_seeds: int = typer.Option(1, help="--evaluate over this many seeds (seed, seed+1, ...; each its own "
+                                       "test split): means and the paired differences with their sd"),
     workers: int = typer.Option(1, help="units of whole tasks prepared and selected in parallel"),
     executor: str = typer.Option("local", help="local | ray"),
     address: str = typer.Option(None, help="Ray cluster address (with --executor ray), e.g. auto"),
@@ -127,6 +129,8 @@ def prune(
     from .prune import prune as run
     from .storage import OutputError
 
+    if evaluate_seeds < 1:
+        _fail("--evaluate-seeds must be at least 1")
     try:
         if evaluate:  # refused before pruning starts, not after it has run
             from .evaluate_prune import check_evaluation_memory
@@ -138,7 +142,7 @@ def prune(
     if evaluate:
         from .evaluate_prune import evaluate_pruning
 
-        s["evaluation"] = evaluate_pruning(dataset, out, ratio, seed=seed)
+        s["evaluation"] = evaluate_pruning(dataset, ratio, method, seed, min_keep, evaluate_seeds)
     if json_out:
         _print_json(s)
     else:
@@ -148,8 +152,19 @@ def prune(
         if "warning" in s:
             typer.echo("warning: " + s["warning"], err=True)
         if evaluate:
-            for k, v in s["evaluation"].items():
-                typer.echo(f"  {k}: {v}")
+            ev = s["evaluation"]
+            typer.echo(f"proxy ranker, within-task test split, seeds {', '.join(map(str, ev['seeds']))} (means):")
+            for k in dict.fromkeys(["full", method, "random"]):
+                if k in ev:
+                    typer.echo(f"  {k}: {ev[k]}")
+            p = ev["paired"]
+            for k in ("pca", "top1"):
+                line = f"  {method} {k} vs full {100 * p[f'{k}_vs_full']:+.2f} points"
+                if f"{k}_vs_random" in p:
+                    sd = p[f"{k}_paired_sd"]
+                    line += f", vs random {100 * p[f'{k}_vs_random']:+.2f}" + (
+                        f" (paired sd {100 * sd:.2f})" if sd is not None else " (one seed: no sd)")
+                typer.echo(line)
 
 
 @splits_app.command("make")

@@ -209,11 +209,37 @@ def test_prune_evaluate_reports_full_method_and_random_and_refuses_a_dataset_too
                                  "--json"])
     assert r.exit_code == 0, r.output
     ev = json.loads(r.stdout)["evaluation"]
-    assert set(ev) == {"full", "hybrid", "random"}
-    assert all(0.5 < v["pca"] <= 1 and 0 < v["top1"] <= 1 for v in ev.values())
+    assert set(ev) == {"seeds", "full", "hybrid", "random", "runs", "paired"} and ev["seeds"] == [0]
+    assert all(0.5 < ev[k]["pca"] <= 1 and 0 < ev[k]["top1"] <= 1 for k in ("full", "hybrid", "random"))
     # the same proxy on the same test records: full data keeps every valid training record, both prunings 55% of them
     assert ev["hybrid"]["kept"] == ev["random"]["kept"]
     assert abs(ev["hybrid"]["kept"] / ev["full"]["kept"] - 0.55) < 0.03
+    p = ev["paired"]
+    assert p["pca_vs_full"] == pytest.approx(ev["hybrid"]["pca"] - ev["full"]["pca"], abs=1e-4)
+    assert p["top1_vs_random"] == pytest.approx(ev["hybrid"]["top1"] - ev["random"]["top1"], abs=1e-4)
+    assert p["pca_paired_sd"] is None  # one seed: no spread to give
+    # the method asked is the one evaluated (it was always hybrid), with the pruning's min_keep, over two seeds:
+    # seed 0's rows are the one-seed run's, seed 1 draws another test split, and the paired sd is the spread of the
+    # per-seed differences
+    r = CliRunner().invoke(app, ["prune", str(ds3), "--ratio", "0.45", "--method", "cluster", "--out",
+                                 str(tmp_path / "c"), "--evaluate", "--evaluate-seeds", "2", "--json"])
+    assert r.exit_code == 0, r.output
+    ev2 = json.loads(r.stdout)["evaluation"]
+    assert ev2["seeds"] == [0, 1] and set(ev2) == {"seeds", "full", "cluster", "random", "runs", "paired"}
+    runs = {(x["method"], x["seed"]): x for x in ev2["runs"]}
+    assert set(runs) == {(m, s) for m in ("full", "cluster", "random") for s in (0, 1)}
+    assert {k: runs[("full", 0)][k] for k in ("pca", "top1", "kept")} == \
+        {k: ev["full"][k] for k in ("pca", "top1", "kept")}
+    assert runs[("random", 0)]["pca"] == ev["random"]["pca"]
+    assert runs[("full", 1)]["kept"] != runs[("full", 0)]["kept"] or runs[("full", 1)]["pca"] != ev["full"]["pca"]
+    d = [runs[("cluster", s)]["pca"] - runs[("random", s)]["pca"] for s in (0, 1)]
+    assert ev2["paired"]["pca_vs_random"] == pytest.approx(sum(d) / 2, abs=1e-4)
+    assert ev2["paired"]["pca_paired_sd"] == pytest.approx(abs(d[0] - d[1]) / 2 ** 0.5, abs=1e-4)
+    r = CliRunner().invoke(app, ["prune", str(ds3), "--ratio", "0.45", "--out", str(tmp_path / "t"), "--evaluate"])
+    assert r.exit_code == 0 and "hybrid pca vs full" in r.output and "one seed: no sd" in r.output, r.output
+    r = CliRunner().invoke(app, ["prune", str(ds3), "--ratio", "0.45", "--out", str(tmp_path / "z"), "--evaluate",
+                                 "--evaluate-seeds", "0"])
+    assert r.exit_code == 2 and "--evaluate-seeds must be at least 1" in r.output
     # a machine too small for the evaluation: refused before the pruning runs, the way out named
     import tenset_curate.training as T
     monkeypatch.setattr(T, "available_memory", lambda: 100 * BYTES_PER_TRAINING_RECORD)
