@@ -140,9 +140,13 @@ def prune(
     except (ValueError, FileNotFoundError, OutputError, MemoryError) as e:
         _fail(str(e))
     if evaluate:
-        from .evaluate_prune import evaluate_pruning
+        from .evaluate_prune import evaluate_pruning, record_evaluation
 
         s["evaluation"] = evaluate_pruning(dataset, ratio, method, seed, min_keep, evaluate_seeds)
+        try:
+            record_evaluation(out, s["evaluation"])
+        except OutputError as e:
+            _fail(str(e))
     if json_out:
         _print_json(s)
     else:

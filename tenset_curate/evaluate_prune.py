@@ -122,6 +122,53 @@ def evaluate_pruning(dataset: Path, ratio: float, method: str = "hybrid", seed: 
     return out
 
 
+EVALUATION_HEADING = "## Proxy evaluation (curate prune --evaluate)"
+
+
+def evaluation_markdown(ev: dict, method: str, ratio: float) -> list[str]:
+    """The pruning report's section for an ``evaluate_pruning`` result."""
+    pts = lambda v: "-" if v is None else f"{100 * v:+.2f}"  # noqa: E731
+    seeds = ", ".join(map(str, ev["seeds"]))
+    lines = [EVALUATION_HEADING, "",
+             f"The LightGBM lambdarank proxy (`evaluate_prune.PROXY`) trained on the full training part of a "
+             f"within-task split of the source dataset, on that part pruned by `{method}` at ratio {ratio} and on it "
+             f"pruned at random at the same ratio; scored on the same test records. Seeds {seeds} (each its own "
+             f"test split); means over the seeds.", "",
+             "| training data | PCA | top-1 | top-5 | training records |", "|---|---:|---:|---:|---:|"]
+    for k in dict.fromkeys(["full", method, "random"]):
+        v = ev[k]
+        lines.append(f"| {k} | {v['pca']:.4f} | {v['top1']:.4f} | {v['top5']:.4f} | {v['kept']} |")
+    p = ev["paired"]
+    sd = lambda k: "one seed: no sd" if p.get(k) is None else f"paired sd {100 * p[k]:.2f}"  # noqa: E731
+    lines += ["", f"`{method}` against full data, in points: PCA {pts(p['pca_vs_full'])}, top-1 "
+              f"{pts(p['top1_vs_full'])}."]
+    if "pca_vs_random" in p:
+        lines[-1] += (f" Against random pruning: PCA {pts(p['pca_vs_random'])} ({sd('pca_paired_sd')}), top-1 "
+                      f"{pts(p['top1_vs_random'])} ({sd('top1_paired_sd')}).")
+    return lines
+
+
+def record_evaluation(out: Path, ev: dict) -> None:
+    """Add an ``evaluate_pruning`` result to a pruned dataset: ``evaluation`` in its prune.json and a section at the
+    end of its prune_report.md (replacing one an earlier evaluation wrote), each file replaced atomically under the
+    dataset's lock."""
+    import orjson
+
+    from .storage import atomic_write_json, atomic_write_text, dataset_lock
+
+    out = Path(out)
+    with dataset_lock(out, what="curate prune --evaluate"):
+        summary = orjson.loads((out / "prune.json").read_bytes())
+        summary["evaluation"] = ev
+        atomic_write_json(out / "prune.json", summary)
+        report = out / "prune_report.md"
+        if report.exists():
+            text = report.read_text()
+            text = text.split("\n" + EVALUATION_HEADING, 1)[0].rstrip("\n") + "\n\n"
+            section = evaluation_markdown(ev, summary["method"], summary["ratio_requested"])
+            atomic_write_text(report, text + "\n".join(section) + "\n")
+
+
 def summarize(rows: list[dict]) -> pl.DataFrame:
     return (pl.DataFrame(rows).group_by("method", "ratio").agg(
         pl.col("pca").mean().alias("pca"), pl.col("pca").std().alias("pca_sd"), pl.col("top1").mean().alias("top1"),

@@ -235,6 +235,20 @@ def test_prune_evaluate_reports_full_method_and_random_and_refuses_a_dataset_too
     d = [runs[("cluster", s)]["pca"] - runs[("random", s)]["pca"] for s in (0, 1)]
     assert ev2["paired"]["pca_vs_random"] == pytest.approx(sum(d) / 2, abs=1e-4)
     assert ev2["paired"]["pca_paired_sd"] == pytest.approx(abs(d[0] - d[1]) / 2 ** 0.5, abs=1e-4)
+    # the pruned dataset keeps the evaluation: in prune.json, and as the last section of its report; a re-run
+    # replaces that section (one, the same), it does not add a second
+    out_c = tmp_path / "c"
+    assert json.loads((out_c / "prune.json").read_text())["evaluation"] == ev2
+    rep = (out_c / "prune_report.md").read_text()
+    assert rep.count("## Proxy evaluation") == 1 and rep.index("## Kept per task") < rep.index("## Proxy evaluation")
+    assert f"| cluster | {ev2['cluster']['pca']:.4f} |" in rep and "Seeds 0, 1 (each its own" in rep
+    assert f"PCA {100 * ev2['paired']['pca_vs_random']:+.2f} (paired sd" in rep
+    r = CliRunner().invoke(app, ["prune", str(ds3), "--ratio", "0.45", "--method", "cluster", "--out",
+                                 str(out_c), "--evaluate", "--evaluate-seeds", "2", "--json"])
+    assert r.exit_code == 0, r.output
+    rep2 = (out_c / "prune_report.md").read_text()  # the same but for the time taken, in the first lines
+    assert rep2.count("## Proxy evaluation") == 1 and rep2[rep2.index("## Kept"):] == rep[rep.index("## Kept"):]
+    assert "## Proxy evaluation" in (tmp_path / "p" / "prune_report.md").read_text()
     r = CliRunner().invoke(app, ["prune", str(ds3), "--ratio", "0.45", "--out", str(tmp_path / "t"), "--evaluate"])
     assert r.exit_code == 0 and "hybrid pca vs full" in r.output and "one seed: no sd" in r.output, r.output
     r = CliRunner().invoke(app, ["prune", str(ds3), "--ratio", "0.45", "--out", str(tmp_path / "z"), "--evaluate",
