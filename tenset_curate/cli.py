@@ -140,7 +140,7 @@ def prune(
     except (ValueError, FileNotFoundError, OutputError, MemoryError) as e:
         _fail(str(e))
     if evaluate:
-        from .evaluate_prune import evaluate_pruning, record_evaluation
+        from .evaluate_prune import evaluate_pruning, paired_sentence, record_evaluation
 
         s["evaluation"] = evaluate_pruning(dataset, ratio, method, seed, min_keep, evaluate_seeds)
         try:
@@ -161,14 +161,7 @@ def prune(
             for k in dict.fromkeys(["full", method, "random"]):
                 if k in ev:
                     typer.echo(f"  {k}: {ev[k]}")
-            p = ev["paired"]
-            for k in ("pca", "top1"):
-                line = f"  {method} {k} vs full {100 * p[f'{k}_vs_full']:+.2f} points"
-                if f"{k}_vs_random" in p:
-                    sd = p[f"{k}_paired_sd"]
-                    line += f", vs random {100 * p[f'{k}_vs_random']:+.2f}" + (
-                        f" (paired sd {100 * sd:.2f})" if sd is not None else " (one seed: no sd)")
-                typer.echo(line)
+            typer.echo("  " + paired_sentence(ev, method).replace("`", ""))
 
 
 @splits_app.command("make")

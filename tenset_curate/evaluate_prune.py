@@ -127,7 +127,6 @@ EVALUATION_HEADING = "## Proxy evaluation (curate prune --evaluate)"
 
 def evaluation_markdown(ev: dict, method: str, ratio: float) -> list[str]:
     """The pruning report's section for an ``evaluate_pruning`` result."""
-    pts = lambda v: "-" if v is None else f"{100 * v:+.2f}"  # noqa: E731
     seeds = ", ".join(map(str, ev["seeds"]))
     lines = [EVALUATION_HEADING, "",
              f"The LightGBM lambdarank proxy (`evaluate_prune.PROXY`) trained on the full training part of a "
@@ -138,14 +137,19 @@ def evaluation_markdown(ev: dict, method: str, ratio: float) -> list[str]:
     for k in dict.fromkeys(["full", method, "random"]):
         v = ev[k]
         lines.append(f"| {k} | {v['pca']:.4f} | {v['top1']:.4f} | {v['top5']:.4f} | {v['kept']} |")
+    return lines + ["", paired_sentence(ev, method)]
+
+
+def paired_sentence(ev: dict, method: str) -> str:
+    """An ``evaluate_pruning`` result's paired differences in one sentence, in points (what the CLI prints too)."""
     p = ev["paired"]
+    pts = lambda v: "-" if v is None else f"{100 * v:+.2f}"  # noqa: E731
     sd = lambda k: "one seed: no sd" if p.get(k) is None else f"paired sd {100 * p[k]:.2f}"  # noqa: E731
-    lines += ["", f"`{method}` against full data, in points: PCA {pts(p['pca_vs_full'])}, top-1 "
-              f"{pts(p['top1_vs_full'])}."]
+    out = f"`{method}` against full data, in points: PCA {pts(p['pca_vs_full'])}, top-1 {pts(p['top1_vs_full'])}."
     if "pca_vs_random" in p:
-        lines[-1] += (f" Against random pruning: PCA {pts(p['pca_vs_random'])} ({sd('pca_paired_sd')}), top-1 "
-                      f"{pts(p['top1_vs_random'])} ({sd('top1_paired_sd')}).")
-    return lines
+        out += (f" Against random pruning: PCA {pts(p['pca_vs_random'])} ({sd('pca_paired_sd')}), top-1 "
+                f"{pts(p['top1_vs_random'])} ({sd('top1_paired_sd')}).")
+    return out
 
 
 def record_evaluation(out: Path, ev: dict) -> None:
