@@ -117,8 +117,9 @@ def evaluate_pruning(dataset: Path, ratio: float, method: str = "hybrid", seed: 
         out[m]["kept"] = round(st.mean(r["kept"] for r in mine))
     out["runs"] = [{k: r[k] for k in ("method", "seed", "pca", "top1", "top5", "kept")} for r in rows]
     paired = paired_differences(rows, method, ratio, seed_list)
+    wanted = ("_vs_full",) if method == "random" else ("_vs_full", "_vs_random", "_paired_sd")  # not random vs itself
     out["paired"] = {k: (None if v is None or (k.endswith("_sd") and len(seed_list) < 2) else round(v, 4))
-                     for k, v in paired.items() if k.endswith(("_vs_full", "_vs_random", "_paired_sd"))}
+                     for k, v in paired.items() if k.endswith(wanted)}
     return out
 
 
@@ -130,9 +131,9 @@ def evaluation_markdown(ev: dict, method: str, ratio: float) -> list[str]:
     seeds = ", ".join(map(str, ev["seeds"]))
     lines = [EVALUATION_HEADING, "",
              f"The LightGBM lambdarank proxy (`evaluate_prune.PROXY`) trained on the full training part of a "
-             f"within-task split of the source dataset, on that part pruned by `{method}` at ratio {ratio} and on it "
-             f"pruned at random at the same ratio; scored on the same test records. Seeds {seeds} (each its own "
-             f"test split); means over the seeds.", "",
+             f"within-task split of the source dataset and on that part pruned by `{method}` at ratio {ratio}"
+             + ("" if method == "random" else " and at random at the same ratio") + f"; scored on the same test "
+             f"records. Seeds {seeds} (each its own test split); means over the seeds.", "",
              "| training data | PCA | top-1 | top-5 | training records |", "|---|---:|---:|---:|---:|"]
     for k in dict.fromkeys(["full", method, "random"]):
         v = ev[k]

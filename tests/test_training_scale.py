@@ -252,6 +252,12 @@ def test_prune_evaluate_reports_full_method_and_random_and_refuses_a_dataset_too
     r = CliRunner().invoke(app, ["prune", str(ds3), "--ratio", "0.45", "--out", str(tmp_path / "t"), "--evaluate"])
     assert r.exit_code == 0 and "hybrid against full data, in points: PCA" in r.output, r.output
     assert "(one seed: no sd)" in r.output
+    r = CliRunner().invoke(app, ["prune", str(ds3), "--ratio", "0.45", "--method", "random", "--out",
+                                 str(tmp_path / "r"), "--evaluate", "--json"])
+    ev = json.loads(r.stdout)["evaluation"]  # random is its own control: evaluated once, no difference to itself
+    assert set(ev) == {"seeds", "full", "random", "runs", "paired"} and set(ev["paired"]) == {"pca_vs_full",
+                                                                                                "top1_vs_full"}
+    assert len(ev["runs"]) == 2 and "Against random" not in (tmp_path / "r" / "prune_report.md").read_text()
     r = CliRunner().invoke(app, ["prune", str(ds3), "--ratio", "0.45", "--out", str(tmp_path / "z"), "--evaluate",
                                  "--evaluate-seeds", "0"])
     assert r.exit_code == 2 and "--evaluate-seeds must be at least 1" in r.output
