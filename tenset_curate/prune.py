@@ -163,7 +163,10 @@
   ten seeds (three seeds gave -1.78); the label weight for farthest-first (``--set CLUSTER_LABEL_WEIGHT=...``,
   tuned on k-means before): mmperf-a100 1.5 (-0.34, -0.27), 6 (-0.28, -0.22). k-means run to 30 Lloyd iterations
   instead of 8 (``_kmeans_pick``'s ``iters``), mmperf-a100 at 0.7: (-2.01, -0.82). Nothing outside the seed spread,
-  no bar met.
+  no bar met. The defaults at 0.7 over ten seeds (``benchmarks/prune_sweep.py --ratios 0.7 --methods hybrid random
+  --seeds 0 1 2 3 4 5 6 7 8 9``), hybrid (random): roller-mi50 (-1.35, -1.10) ((-1.91, -1.88)), margin over random
+  +0.56 PCA points at a paired sd of 0.29; bennu-a100-resnet34 (-1.67, -0.15) ((-2.57, -1.36)); mmperf-a100 -1.94
+  PCA (above). Three seeds had given -1.47, -1.45 and -1.78: no set comes within 0.3 points of the 1-point bar.
 
 Invariants (checked): deterministic for a seed; every (hardware, task) keeps its best valid record and at least
 ``min_keep`` records (or all it has); the achieved ratio is within 1% of the request whenever the minimums allow;
