@@ -152,12 +152,16 @@ def _safe_part(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", name) or "_"
 
 
-def unit_key(unit: Unit, shas: list[str]) -> str:
+def unit_key(unit: Unit, shas: list[str], hardware: str | None = None) -> str:
+    """An input's key: its label, its files' hashes, the converter version and the ``--hardware`` name it was
+    converted under (None: named by its own rules), so the same bytes under another name make other shards."""
     h = hashlib.blake2b(digest_size=10)
     h.update(unit.label.encode())
     for s in shas:
         h.update(s.encode())
     h.update(CONVERTER_VERSION.encode())
+    if hardware is not None:
+        h.update(b"\0hardware=" + hardware.encode())
     return h.hexdigest()
 
 
@@ -247,7 +251,7 @@ def convert_group(members: list, out: Path, hardware: str | None) -> dict:
         except OSError as e:
             failed[unit.label] = f"{type(e).__name__}: {e}"
             continue
-        keyed.append((unit, shas, unit_key(unit, shas)))
+        keyed.append((unit, shas, unit_key(unit, shas, hardware)))
     gkey = group_key([k for _, _, k in keyed])
     while True:
         try:
@@ -391,8 +395,9 @@ def convert(inputs: list, out: Path, hardware: str | None = None, workers: int =
             group_bytes: int = GROUP_BYTES) -> dict:
     """Convert logs into the dataset at ``out``. Returns a summary dict (what ``--json`` prints).
 
-    Unchanged inputs (same size, mtime and sha256 as in the manifest) are skipped; new or changed ones are
-    converted; a killed run resumes. Input lines = rows + quarantined + comments is checked for every file.
+    Unchanged inputs (same size, mtime and sha256 as in the manifest, converted under the same ``hardware``) are
+    skipped; new or changed ones are converted, and so is an input converted before under another ``hardware``
+    name (its records are renamed, not kept twice); a killed run resumes. Input lines = rows + quarantined + comments is checked for every file.
     ``executor`` (``local`` | ``ray``, see executors.py) and ``workers`` decide where the per-input work runs;
     the output is the same either way. ``group_bytes``: uncompressed JSON per group of Ansor logs (one shard per
     group and hardware; see the module docstring).
@@ -415,6 +420,9 @@ def convert(inputs: list, out: Path, hardware: str | None = None, workers: int =
         for u in units:
             fp = u.fingerprint()
             old = manifest["inputs"].get(u.label)
+            if old and old.get("hardware_override") != hardware:  # named otherwise this time: convert it again
+                changed.append((u, fp, old))
+                continue
             if old and [(f["path"], f["size"], f["mtime_ns"]) for f in old["files"]] == [
                     (f["path"], f["size"], f["mtime_ns"]) for f in fp] and _outputs_exist(out, old):
                 skipped += 1
@@ -436,7 +444,8 @@ def convert(inputs: list, out: Path, hardware: str | None = None, workers: int =
                 errors[u.label] = f"{type(e).__name__}: {e}"
                 log(f"error: {u.label}: {errors[u.label]}")
                 continue
-            if [f["sha256"] for f in old["files"]] == shas and _outputs_exist(out, old):
+            if ([f["sha256"] for f in old["files"]] == shas and _outputs_exist(out, old)
+                    and old.get("hardware_override") == hardware):
                 for f, s in zip(fp, shas):  # touched but unchanged: refresh the fingerprint only
                     f["sha256"] = s
                 old["files"] = fp
@@ -480,7 +489,7 @@ def convert(inputs: list, out: Path, hardware: str | None = None, workers: int =
                             for f, sha in zip(fp, res["shas"][label]):
                                 f["sha256"] = sha
                             manifest["inputs"][label] = {"files": fp, "key": res["keys"][label], "group": res["gkey"],
-                                                         "format": r["kind"],
+                                                         "format": r["kind"], "hardware_override": hardware,
                                                          **r["stats"], "outputs": res["outputs"],
                                                          **{k: r[k] for k in ("workload_file", "network_file")
                                                             if k in r}}
@@ -596,6 +605,9 @@ def _remove_orphans(out: Path, manifest: dict) -> int:
             if rel not in referenced:
                 p.unlink()
                 n += 1
+        for p in sorted(d.rglob("*"), reverse=True):  # a partition left empty (a hardware renamed away) goes too
+            if p.is_dir() and not any(p.iterdir()):
+                p.rmdir()
     return n
 
 

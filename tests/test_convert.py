@@ -418,6 +418,28 @@ def test_hardware_rules_model_cli_parent(tmp_path):
     assert s["hardware_rules"] == {"target-model": 1, "cli": 5}
 
 
+def test_converting_again_under_another_hardware_name_renames_the_records(tmp_path):
+    """``--hardware`` on inputs converted before: the records take the new name (they were skipped as unchanged and
+    kept the old one), nothing is kept twice, no empty partition is left, and the same command again does nothing."""
+    from tenset_curate.catalog import run_sql
+
+    src = REAL / "ansor" / "roller-k80" / "pooling"
+    out = tmp_path / "ds"
+    first = convert([src], out)
+    assert list(first["rows_per_hardware"]) == ["pooling"]  # named by its folder
+    n = first["totals"]["rows"]
+    s = convert([src], out, hardware="k80")
+    assert s["inputs_converted"] == first["inputs_converted"] and s["rows_per_hardware"] == {"k80": n}
+    assert sorted(p.name for p in (out / "records").iterdir()) == ["hardware=k80"]
+    assert run_sql(out, "SELECT hardware, count(*) AS n FROM records GROUP BY 1", "arrow").to_pylist() == [
+        {"hardware": "k80", "n": n}]
+    again = convert([src], out, hardware="k80")
+    assert again["nothing_to_do"] and again["inputs_unchanged"] == first["inputs_converted"]
+    back = convert([src], out)  # without --hardware: the folder's name again
+    assert back["rows_per_hardware"] == {"pooling": n}
+    assert sorted(p.name for p in (out / "records").iterdir()) == ["hardware=pooling"]
+
+
 def test_malformed_lines_are_quarantined_with_file_and_line(tmp_path):
     src = sorted((REAL / "ansor" / "roller-k80" / "pooling").glob("*.gz"))[0]
     good = [x for x in gzip.open(src).read().split(b"\n") if x][:5]
