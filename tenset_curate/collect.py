@@ -741,16 +741,17 @@ def collect_command(
     gzip_db: bool = False,
     keep_logs: bool = True,
 ) -> dict[str, Any]:
-    """CLI entry (``curate collect``): logs progress to stderr, prints the summary as JSON."""
+    """CLI entry (``curate collect``, ``python -m tenset_curate.collect``): logs progress to stderr and returns the
+    summary, which the caller prints; stdout is left to that one JSON document (MetaSchedule's own console logging,
+    which its logging config sends to stdout, goes to stderr while it tunes)."""
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     log.setLevel(logging.INFO)
-    summary = collect(
-        workloads, trials, out, target=target, seed=seed, trials_per_iter=trials_per_iter,
-        population_size=population_size, gzip_db=gzip_db, keep_logs=keep_logs,
-    )
-    print(json.dumps({k: v for k, v in summary.items() if k != "settings"}, indent=2))
-    return summary
+    with contextlib.redirect_stdout(sys.stderr):
+        return collect(
+            workloads, trials, out, target=target, seed=seed, trials_per_iter=trials_per_iter,
+            population_size=population_size, gzip_db=gzip_db, keep_logs=keep_logs,
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -769,11 +770,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--gzip", action="store_true", help="gzip the database files at the end")
     p.add_argument("--no-logs", action="store_true", help="do not keep MetaSchedule's task logs")
     a = p.parse_args(argv)
-    collect_command(
+    summary = collect_command(
         a.workloads, a.trials, a.out, target=a.target, seed=a.seed,
         trials_per_iter=a.trials_per_iter, population_size=a.population,
         gzip_db=a.gzip, keep_logs=not a.no_logs,
     )
+    print(json.dumps(summary, indent=2, default=str))
     return 0
 
 

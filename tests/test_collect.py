@@ -276,6 +276,26 @@ def test_tiny_collect_keeps_every_measured_candidate(tmp_path):
     assert again["n_records"] == len(records)
 
 
+@pytest.mark.tvm
+@needs_tvm
+def test_cli_collect_prints_one_json_document_on_stdout(tmp_path):
+    """``curate collect``'s stdout is its summary, once, as one JSON document (it was printed twice, and
+    MetaSchedule's task tables went to stdout too): a script can pipe it into a JSON reader. Progress and
+    MetaSchedule's own logging go to stderr. A fresh interpreter: MetaSchedule's logging is process-wide state."""
+    if not _tvm_importable():
+        pytest.skip("tvm is not importable")
+    out = tmp_path / "db"
+    r = subprocess.run([sys.executable, "-m", "tenset_curate.cli", "collect", "--workloads",
+                        "resnet50.global_avg_pool2d.7x7x2048", "--trials", "2", "--trials-per-iter", "2",
+                        "--population", "4", "--out", str(out), "--no-logs"], capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    summary = json.loads(r.stdout)  # the whole of stdout, or this raises
+    assert summary["n_records"] == 2 and summary["out_dir"] == str(out)
+    assert "Total trials" in r.stderr and "Total trials" not in r.stdout  # MetaSchedule's table: stderr
+    assert (out / "database_tuning_record.json").is_file()
+
+
 # ---------------------------------------------------------------------------------------------
 # The committed sample (no TVM needed)
 # ---------------------------------------------------------------------------------------------
