@@ -74,6 +74,46 @@ def _coerce(v: str):
         return v
 
 
+# The keys each table may hold (collect's and verify's: their function's keywords, checked when they run). A key
+# that is not here would be read by nothing: a misspelt ``--set prune.mehtod=...`` ran with the default method.
+TABLE_KEYS = {
+    "pipeline": {"name", "workdir", "steps"},
+    "convert": {"inputs", "hardware", "workers"},
+    "splits": {"split"},
+    "prune": {"ratio", "method", "seed", "min_keep", "workers"},
+    "train": {"split", "seed", "max_per_task", "data", "memory_check", "models", "epochs", "device",
+              "attention", "gbdt", "mlp"},  # the last three: a model's own hyperparameters
+    "evaluate": {"split"},
+    "report": {"title", "command", "out"},
+}
+
+
+def check_tables(cfg: dict, path: Path) -> None:
+    """Refuse tables and keys no step reads, naming them and what is allowed, before anything runs."""
+    import inspect
+
+    from .splits import make_split
+
+    unknown = sorted(set(cfg) - set(TABLE_KEYS) - set(STEPS))
+    if unknown:
+        raise PipelineError(f"{path}: unknown table(s) {unknown}; tables are {['pipeline', *STEPS]}")
+    for table, allowed in TABLE_KEYS.items():
+        t = cfg.get(table, {})
+        if not isinstance(t, dict):
+            raise PipelineError(f"{path}: [{table}] must be a table, got {t!r}")
+        bad = sorted(set(t) - allowed)
+        if bad:
+            raise PipelineError(f"{path}: unknown key(s) {bad} in [{table}]; it takes {sorted(allowed)}")
+    split_keys = set(inspect.signature(make_split).parameters) - {"records", "scheme", "networks", "op_classes"}
+    for sp in cfg.get("splits", {}).get("split", []):
+        if not isinstance(sp, dict) or "name" not in sp or "scheme" not in sp:
+            raise PipelineError(f"{path}: each [splits] split needs a name and a scheme, got {sp!r}")
+        bad = sorted(set(sp) - split_keys - {"name", "scheme"})
+        if bad:
+            raise PipelineError(f"{path}: unknown key(s) {bad} in split {sp['name']!r}; a split takes name, scheme "
+                                f"and {sorted(split_keys)}")
+
+
 def load_pipeline(path: Path, overrides: list[str] | None = None) -> dict:
     path = Path(path)
     try:
@@ -96,6 +136,7 @@ def load_pipeline(path: Path, overrides: list[str] | None = None) -> dict:
     if bad:
         raise PipelineError(f"{path}: unknown step(s) {bad}; steps are {STEPS}")
     cfg["pipeline"]["steps"] = steps
+    check_tables(cfg, path)
     return cfg
 
 
@@ -364,7 +405,7 @@ def step_train(p: dict, workdir: Path, base: Path, workers: int, log, exe: dict)
         for kind in p.get("models", ["gbdt", "attention"]):
             hp = {"fine_tune": auto["fine_tune"], **({k: auto[k] for k in SPLIT_HPARAMS} if kind == "attention"
                                                       else {}), **p.get(kind, {})}
-            m, _ = fit_on_frame(df, kind, seed=seed, epochs=int(p.get("epochs", 5)),
+            m, _ = fit_on_frame(df, kind, seed=seed, epochs=int(p.get("epochs", 5)), device=p.get("device", "cpu"),
                                 data_manifest_hash=data_hash(workdir / "convert", split, cap, seed), **hp)
             m.save(out / f"{kind}-{data}")
             trained.append(f"{kind}-{data}")

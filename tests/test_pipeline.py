@@ -122,6 +122,27 @@ def test_path_traversal_refused(project):
         run(bad, cwd=project)
 
 
+def test_unknown_tables_and_keys_are_refused_before_anything_runs(project):
+    """A key no step reads (a misspelling, on the command line or in the file) is an error naming it and what the
+    table takes; before, ``--set prune.mehtod='"random"'`` ran hybrid pruning and said nothing."""
+    p = project / "p.toml"
+    cases = [(["prune.mehtod=\"random\""], r"unknown key\(s\) \['mehtod'\] in \[prune\]; it takes .*'method'"),
+             (["prune.min_kepe=500"], r"\['min_kepe'\] in \[prune\]"),
+             (["convert.hardwre=\"x\""], r"\['hardwre'\] in \[convert\]"),
+             (["evaluate.part=\"valid\""], r"\['part'\] in \[evaluate\]"),
+             (["prun.ratio=0.3"], r"unknown table\(s\) \['prun'\]")]
+    for overrides, msg in cases:
+        with pytest.raises(PipelineError, match=msg):
+            run(p, cwd=project, overrides=overrides)
+    bad = project / "bad.toml"
+    bad.write_text(PIPE.replace('seed = 0 }', 'seed = 0, hodlout = ["dense"] }'))
+    with pytest.raises(PipelineError, match=r"unknown key\(s\) \['hodlout'\] in split 'within_task'"):
+        run(bad, cwd=project)
+    assert not (project / "runs").exists()  # refused before the work directory was made
+    s = run(p, cwd=project, overrides=["prune.ratio=0.3", "train.device=\"cpu\""], dry_run=True)
+    assert [r["status"] for r in s["steps"]] == ["would run"] * 6  # the keys steps read still pass
+
+
 def _ray_installed() -> bool:
     import importlib.util
 
