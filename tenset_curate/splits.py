@@ -61,6 +61,12 @@ def make_split(records: pl.DataFrame, scheme: str, seed: int = 0, test_fraction:
     """Return (assignment table, info). ``records`` needs record_id, hardware, task_id, workload_key."""
     if scheme not in SCHEMES:
         raise ValueError(f"unknown scheme {scheme!r}; choose from {', '.join(SCHEMES)}")
+    unused = [opt for opt, given, schemes in (("--holdout", holdout, ("network", "operator")),
+                                              ("--train-hw", train_hw, ("hardware",)),
+                                              ("--test-hw", test_hw, ("hardware",)),
+                                              ("--few-shot", few_shot, ("hardware",))) if given and scheme not in schemes]
+    if unused:  # said and not applied would be a split other than the one asked for
+        raise ValueError(f"{', '.join(unused)} do(es) not apply to a {scheme} split")
     df = records.select("record_id", "hardware", "task_id", "workload_key")
     u = _u01(df["record_id"], seed, "test")
     info: dict = {"scheme": scheme, "seed": seed}
@@ -74,18 +80,25 @@ def make_split(records: pl.DataFrame, scheme: str, seed: int = 0, test_fraction:
         if op_classes is None:
             raise ValueError("operator split needs operator classes")
         oc = df.join(op_classes.select("task_id", "op_class"), on="task_id", how="left")["op_class"].to_numpy()
+        missing = sorted(set(holdout) - set(oc[oc != None].tolist()))  # noqa: E711 (an object array's None)
+        if missing:
+            raise ValueError(f"no task of class {missing} in the data; it has "
+                             f"{sorted(set(oc[oc != None].tolist()))}")  # noqa: E711
         test = np.isin(oc, holdout)
-        if not test.any():
-            raise ValueError(f"no task of class {holdout} in the data")
         part[test] = "test"
         info["holdout"] = holdout
     elif scheme == "network":
         if networks is None or networks.height == 0:
             raise ValueError("network split needs a networks table: convert TenSet's network_info/*.task.pkl, or "
                              "a MetaSchedule database with the workloads.json `curate collect` writes beside it")
-        nets = holdout or [n for n in TENSET_TEST_NETWORKS if n in set(networks["network"].drop_nulls())]
+        known = set(networks["network"].drop_nulls())
+        missing = sorted(set(holdout or []) - known)
+        if missing:
+            raise ValueError(f"network(s) {missing} not in the networks table; it has {sorted(known)}")
+        nets = holdout or [n for n in TENSET_TEST_NETWORKS if n in known]
         if not nets:
-            raise ValueError("none of the held-out networks is in the networks table")
+            raise ValueError(f"none of TenSet's test networks ({', '.join(TENSET_TEST_NETWORKS)}) is in the networks "
+                             f"table; name the networks to hold out with --holdout (it has {sorted(known)})")
         test_keys = set(networks.filter(pl.col("network").is_in(nets))["workload_key"])
         train_keys = set(networks.filter(~pl.col("network").is_in(nets))["workload_key"])
         shared = test_keys & train_keys
@@ -105,6 +118,10 @@ def make_split(records: pl.DataFrame, scheme: str, seed: int = 0, test_fraction:
     elif scheme == "hardware":
         if not train_hw or not test_hw:
             raise ValueError("hardware split needs --train-hw and --test-hw")
+        known = set(df["hardware"].unique())
+        missing = sorted(set(train_hw + test_hw) - known)
+        if missing:
+            raise ValueError(f"hardware {missing} not in the dataset; it has {sorted(known)}")
         hw = df["hardware"].to_numpy()
         part[:] = "drop"
         part[np.isin(hw, train_hw)] = "train"

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gzip
+import re
 import shutil
 from pathlib import Path
 
@@ -197,6 +198,38 @@ def test_operator_and_hardware_splits(tmp_path):
 
     out = run_sql(ds, "SELECT part, count(*) AS n FROM split_no_dw GROUP BY part ORDER BY part", fmt="json")
     assert '"test"' in out
+
+
+def test_split_names_that_match_nothing_and_options_of_another_scheme_are_refused(netdata, tmp_path):
+    """A held-out network, hardware or operator class the data does not have, or an option the scheme does not
+    use, is an error naming it and what the data has; before, a misspelt network gave a split with no test part
+    and exit code 0, and a misspelt class next to a real one held out the real one only."""
+    from typer.testing import CliRunner
+
+    from tenset_curate.cli import app
+
+    nets = sorted(set(pl.read_parquet(str(netdata / "networks/*.parquet"))["network"].drop_nulls()))
+    hw = sorted(set(load_records(netdata, ["hardware"])["hardware"]))
+    with pytest.raises(ValueError, match=r"network\(s\) \['resnet_5O'\] not in the networks table; it has "
+                                         + re.escape(str(nets))):
+        write_split(netdata, "typo", "network", holdout=["resnet_5O"])
+    with pytest.raises(ValueError, match=r"hardware \['k8O'\] not in the dataset; it has " + re.escape(str(hw))):
+        write_split(netdata, "typo", "hardware", train_hw=[hw[0]], test_hw=["k8O"])
+    for kw, opt in [({"holdout": ["dense"]}, "--holdout"), ({"few_shot": 0.1}, "--few-shot"),
+                    ({"train_hw": [hw[0]]}, "--train-hw")]:
+        with pytest.raises(ValueError, match=f"{opt} do\\(es\\) not apply to a within-task split"):
+            write_split(netdata, "typo", "within-task", **kw)
+    assert not (netdata / "splits" / "typo.parquet").exists()
+    r = CliRunner().invoke(app, ["splits", "make", str(netdata), "--scheme", "network", "--holdout", "bert_bsae",
+                                 "--name", "typo"])
+    assert r.exit_code != 0 and "['bert_bsae'] not in the networks table" in r.output
+    ok = write_split(netdata, "one_net", "network", holdout=[nets[0]])  # a real name still works
+    assert ok["counts"]["test"] > 0
+
+    ds = tmp_path / "ds"
+    convert([REAL / "ansor" / "roller-k80" / "pooling"], ds)
+    with pytest.raises(ValueError, match=r"no task of class \['dpethwise'\] in the data; it has \['pooling'\]"):
+        write_split(ds, "typo", "operator", holdout=["pooling", "dpethwise"])
 
 
 @pytest.mark.parametrize("block", [None, 300])
