@@ -216,7 +216,7 @@ def train(
     model: str = typer.Option("attention", help="attention | mlp | gbdt"),
     out: Path = typer.Option(..., "--out", "-o", help="model directory"),
     epochs: int = typer.Option(24, help="epochs (neural models; the attention defaults were tuned at 24)"),
-    device: str = typer.Option("cpu", help="cpu | cuda"),
+    device: str = typer.Option("cpu", help="cpu | cuda (attention and mlp; gbdt trains on the CPU)"),
     seed: int = typer.Option(0),
     balance_hardware: bool = typer.Option(True, help="repeat the records of a hardware with far fewer training "
                                           "records (few-shot), by the square root of the size ratio"),

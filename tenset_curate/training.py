@@ -8,6 +8,7 @@ manifest and split; loading refuses another feature version.
 from __future__ import annotations
 
 import hashlib
+import re
 import time
 from pathlib import Path
 
@@ -167,10 +168,30 @@ def part_arrays(df: pl.DataFrame, part: str) -> dict:
     return _part(arrays(df), (df["part"] == part).to_numpy())
 
 
+def check_device(kind: str, device: str) -> None:
+    """Refuse a device the model cannot train on, before any record is read: LightGBM (``gbdt``) trains on the CPU
+    only (it ignored ``--device cuda``), and a PyTorch build without CUDA stopped ``--device cuda`` with an
+    AssertionError deep in training."""
+    if device != "cpu" and not re.fullmatch(r"cuda(:\d+)?", device):
+        raise ValueError(f"--device {device}: use cpu or cuda (cuda:N for one GPU of several)")
+    if device == "cpu":
+        return
+    if kind == "gbdt":
+        raise ValueError(f"--device {device}: gbdt (LightGBM) trains on the CPU; --device applies to attention and "
+                         "mlp")
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ValueError(f"--device {device}: this PyTorch ({torch.__version__}) sees no CUDA GPU; install a CUDA "
+                         "build of PyTorch (README, GPU installs) on a machine with one, or train with --device cpu")
+
+
 def make_model(kind: str, seed: int = 0, epochs: int = 10, device: str = "cpu", progress: bool = False,
                feature_version: str = FEATURE_VERSION, data_manifest_hash: str | None = None, **hp):
     from . import model as M
 
+    if kind in MODEL_KINDS:
+        check_device(kind, device)
     if kind == "attention":
         return M.AttentionRanker(seed=seed, epochs=epochs, device=device, progress=progress,
                                  feature_version=feature_version, data_manifest_hash=data_manifest_hash, **hp)
@@ -409,6 +430,8 @@ def train_model(dataset: Path, split: str, kind: str, out: Path, epochs: int = 1
     the training side (``split_index``; ``seed`` draws them too); ``memory_check``: refuse a split too big for this
     machine's memory before reading its rows whole (``check_training_memory``). Reads ``training_frame``."""
     t0 = time.perf_counter()
+    if kind in MODEL_KINDS:
+        check_device(kind, device)
     df, hp, share = training_frame(dataset, split, kind, max_per_task, seed, memory_check, **hp)
     m, d = fit_on_frame(df, kind, seed, epochs, device, progress, data_hash(dataset, split, max_per_task, seed), **hp)
     m.save(out)

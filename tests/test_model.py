@@ -597,3 +597,34 @@ def test_auto_positions_follow_the_operator_classes_the_model_trains_on(k80_mi50
     assert r.exit_code == 2 and "--positions must be auto, absolute or kind" in r.output
     r = CliRunner().invoke(app, base + ["--model", "gbdt", "--out", str(tmp_path / "d"), "--positions", "kind"])
     assert r.exit_code == 2 and "--positions applies to --model attention only" in r.output
+
+
+def test_a_device_the_model_cannot_train_on_is_refused_before_reading(tmp_path):
+    """``curate train --model gbdt --device cuda`` trained LightGBM on the CPU and said nothing, and ``--device
+    cuda`` on a PyTorch without CUDA ended in an AssertionError traceback deep in training. Both are now a clear
+    error before the split is read (the pipeline's train step goes through the same check)."""
+    import torch
+    from typer.testing import CliRunner
+
+    from tenset_curate.cli import app
+    from tenset_curate.convert import convert
+    from tenset_curate.splits import write_split
+
+    logs = sorted((REAL.parent / "pooling").glob("*.json.gz"))[:2]  # two real K80 pooling tasks
+    if not logs:
+        pytest.skip("real logs not found")
+    ds = tmp_path / "ds"
+    convert(logs, ds)
+    write_split(ds, "within", "within-task", seed=0)
+    base = ["train", str(ds), "--split", "within", "--epochs", "1", "--json"]
+    r = CliRunner().invoke(app, base + ["--model", "gbdt", "--device", "cuda", "--out", str(tmp_path / "g")])
+    assert r.exit_code == 2 and "gbdt (LightGBM) trains on the CPU" in r.output, r.output
+    r = CliRunner().invoke(app, base + ["--model", "mlp", "--device", "gpu", "--out", str(tmp_path / "m")])
+    assert r.exit_code == 2 and "--device gpu: use cpu or cuda" in r.output, r.output
+    assert not (tmp_path / "g").exists() and not (tmp_path / "m").exists()
+    if not torch.cuda.is_available():
+        r = CliRunner().invoke(app, base + ["--device", "cuda", "--out", str(tmp_path / "a")])
+        assert r.exit_code == 2 and "sees no CUDA GPU" in r.output, r.output
+        assert isinstance(r.exception, SystemExit)  # a clean exit, not an AssertionError from torch
+    r = CliRunner().invoke(app, base + ["--model", "gbdt", "--out", str(tmp_path / "ok")])  # the CPU still trains
+    assert r.exit_code == 0 and (tmp_path / "ok" / "config.json").is_file(), r.output
