@@ -122,7 +122,7 @@ def prune(
                                        "test split): means and the paired differences with their sd"),
     workers: int = typer.Option(1, help="units of whole tasks prepared and selected in parallel"),
     executor: str = typer.Option("local", help="local | ray"),
-    address: str = typer.Option(None, help="Ray cluster address (with --executor ray), e.g. auto"),
+    address: str = typer.Option(None, help="Ray cluster to connect to, e.g. auto (implies --executor ray)"),
     json_out: bool = typer.Option(False, "--json"),
 ):
     """Prune a dataset down to a ratio; writes a dataset with the same schema and a pruning report."""

@@ -39,7 +39,7 @@ import orjson
 import pyarrow as pa
 
 from . import __version__
-from .executors import map_unordered, process_pool
+from .executors import map_unordered, process_pool, resolve_executor
 from .readers import (
     FileStats,
     InputError,
@@ -404,6 +404,7 @@ def convert(inputs: list, out: Path, hardware: str | None = None, workers: int =
     """
     out = Path(out)
     log = log or (lambda msg: None)
+    executor = resolve_executor(executor, address)
     t0 = time.perf_counter()
     units = discover([Path(p) for p in inputs])
     if not units:

@@ -49,6 +49,12 @@ def require_ray():
     return ray
 
 
+def resolve_executor(executor: str, address: str | None) -> str:
+    """The executor a command runs on: an ``address`` names a Ray cluster, so it implies ``ray`` (``local`` with an
+    address dropped the address without a word, where ``curate run --address`` switched to Ray)."""
+    return "ray" if address and executor == "local" else executor
+
+
 def check_executor(executor: str) -> None:
     if executor not in EXECUTORS:
         raise ExecutorError(f"unknown executor {executor!r} ({' | '.join(EXECUTORS)})")

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import orjson
 
-from .executors import ExecutorError, check_executor
+from .executors import ExecutorError, check_executor, resolve_executor
 from .storage import (OutputError, atomic_write_bytes, atomic_write_json, atomic_write_text, dataset_lock,
                       remove_stale_tmp, safe_join)
 
@@ -154,8 +154,7 @@ def run(pipeline: Path, overrides: list[str] | None = None, executor: str = "loc
     ``executor``: ``local`` (processes) or ``ray``; ``workers``: processes, or Ray CPUs for a local Ray instance;
     ``address``: a Ray cluster to connect to (``"auto"``), implies ``executor="ray"``."""
     log = log or (lambda m: None)
-    if address and executor == "local":
-        executor = "ray"
+    executor = resolve_executor(executor, address)
     try:
         check_executor(executor)
     except ExecutorError as e:

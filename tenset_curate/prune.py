@@ -802,10 +802,11 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
     (``global_allocation``), pass 2 selects and writes each unit's kept records as one shard per hardware. Memory is
     bounded by the largest unit, not the dataset, and the units run on any executor (``executors.map_unordered``:
     local processes or Ray) with byte-identical output, since every task draws from its own random stream."""
-    from .executors import map_unordered, process_pool
+    from .executors import map_unordered, process_pool, resolve_executor
     from .storage import _explain, atomic_write_json, atomic_write_text, dataset_lock, remove_stale_tmp
 
     _check_args(ratio, method)
+    executor = resolve_executor(executor, address)
     t0 = time.perf_counter()
     dataset, out = Path(dataset), Path(out)
     units = plan_units(dataset, unit_records)

@@ -89,3 +89,30 @@ def test_a_dead_pool_process_raises_instead_of_hanging(monkeypatch):
     monkeypatch.setenv("TC_TEST_PARENT", str(os.getpid()))
     with watchdog(), pytest.raises(BrokenProcessPool):
         list(map_unordered(die_on, range(12), workers=2, cost=lambda x: -x))  # item 0 first: the pool's
+
+
+def test_an_address_sends_convert_and_prune_to_ray(k80_three_logs_dataset, tmp_path, monkeypatch):
+    """``--address`` names a Ray cluster, so it implies ``--executor ray`` for convert and prune as for ``curate
+    run`` (prune ran locally and dropped it). Ray itself is stood in for by a recorder that runs the items here: this
+    checks where the work is sent, ``tests/test_ray.py`` runs Ray for real."""
+    from pathlib import Path
+
+    import tenset_curate.executors as ex
+    from tenset_curate.convert import convert
+    from tenset_curate.prune import prune
+
+    sent = []
+
+    def ray_tasks(fn, items, workers, address):
+        sent.append(address)
+        return (fn(it) for it in items)
+
+    monkeypatch.setattr(ex, "require_ray", lambda: None)
+    monkeypatch.setattr(ex, "_ray_tasks", ray_tasks)
+    s = prune(k80_three_logs_dataset, tmp_path / "p", 0.45, "random", address="auto")
+    assert sent == ["auto", "auto"] and s["records_after"] > 0  # pass 1 and pass 2
+    logs = Path(__file__).resolve().parents[2] / "shared" / "realdata" / "ansor" / "roller-k80" / "pooling"
+    convert(sorted(logs.glob("*.json.gz"))[:2], tmp_path / "c", address="auto")
+    assert sent == ["auto"] * 3
+    prune(k80_three_logs_dataset, tmp_path / "q", 0.45, "random")  # no address: local, as before
+    assert sent == ["auto"] * 3
