@@ -86,6 +86,8 @@ def sql(
     """Run a read-only SQL query over a dataset's catalog (records, quarantine, tasks, split_<name>, ...)."""
     from .catalog import SQLRefused, run_sql
 
+    if fmt not in ("table", "csv", "json"):  # run_sql's "arrow" is a Python object, not text to print
+        _fail(f"--format must be table, csv or json, not {fmt!r}")
     try:
         typer.echo(run_sql(dataset, query, fmt=fmt), nl=False)
     except SQLRefused as e:
@@ -99,7 +101,10 @@ def info(dataset: Path = typer.Argument(...), json_out: bool = typer.Option(Fals
     """Records, tasks and failure rate per hardware and operator class."""
     from .dataset_info import dataset_info
 
-    s = dataset_info(dataset)
+    try:
+        s = dataset_info(dataset)
+    except FileNotFoundError as e:
+        _fail(str(e))
     if json_out:
         _print_json(s)
         return
@@ -324,6 +329,10 @@ def evaluate(
     else:
         typer.echo(f"PCA {s['pca']:.4f}  top-1 {s['top1']:.4f}  top-5 {s['top5']:.4f}  "
                    f"({s['n_tasks']} tasks, {s['n_records']} records)")
+        for name in ("op_class", "hardware"):  # the breakdowns the docstring promises (--json has them too)
+            for g, r in s.get(f"by_{name}", {}).items():
+                typer.echo(f"  {name} {g}: PCA {r['pca']:.4f}  top-1 {r['top1']:.4f}  top-5 {r['top5']:.4f}  "
+                           f"({r['n_tasks']} tasks, {r['n_records']} records)")
 
 
 @report_app.command("pca")

@@ -251,7 +251,7 @@ def fine_tune_hardware(df: pl.DataFrame, fine_tune: str | list[str] | None = "au
     if fine_tune == "auto":
         test_hw = set(df.filter(pl.col("part") == "test")["hardware"].unique().to_list())
         return sorted(test_hw) if test_hw and test_hw < train_hw else []
-    names = [h for h in (fine_tune.split(",") if isinstance(fine_tune, str) else fine_tune) if h]
+    names = [h.strip() for h in (fine_tune.split(",") if isinstance(fine_tune, str) else fine_tune) if h.strip()]
     missing = sorted(set(names) - train_hw)
     if missing:
         raise ValueError(f"cannot fine-tune on {', '.join(missing)}: no training records of that hardware "

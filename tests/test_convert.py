@@ -473,6 +473,10 @@ def test_cli_convert_info_sql(tmp_path):
     assert r.exit_code != 0
     r = CliRunner().invoke(app, ["convert", str(tmp_path / "nope"), "--out", str(tmp_path / "ds2")])
     assert r.exit_code == 2 and "nope" in r.output
+    r = CliRunner().invoke(app, ["info", str(tmp_path / "nope")])  # a clear error, not a FileNotFoundError traceback
+    assert r.exit_code == 2 and "no record shards" in r.output and isinstance(r.exception, SystemExit)
+    r = CliRunner().invoke(app, ["sql", "SELECT 1", "-d", str(tmp_path / "ds"), "-f", "arrow"])  # not a text format
+    assert r.exit_code == 2 and "--format must be table, csv or json" in r.output
     # --group-mb: the default packs the small logs into one shard, a 1 MB group holds one or two of them
     logs = REAL / "ansor" / "roller-k80" / "pooling"
     for mb, out in (("16", "g16"), ("1", "g1")):

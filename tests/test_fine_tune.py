@@ -39,6 +39,7 @@ def test_auto_fine_tunes_only_on_a_few_shot_splits_target_hardware(ds, few_shot)
     assert fine_tune_hardware(labelled_split(ds, "ft_within")) == []  # every test hardware is every training one
     assert fine_tune_hardware(few_shot, "none") == [] and fine_tune_hardware(few_shot, None) == []
     assert fine_tune_hardware(few_shot, "roller-k80,roller-mi50") == ["roller-k80", "roller-mi50"]
+    assert fine_tune_hardware(few_shot, "roller-k80, roller-mi50 ") == ["roller-k80", "roller-mi50"]  # as typed
     with pytest.raises(ValueError, match="roller-a100"):
         fine_tune_hardware(few_shot, ["roller-a100"])
 

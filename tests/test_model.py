@@ -628,3 +628,13 @@ def test_a_device_the_model_cannot_train_on_is_refused_before_reading(tmp_path):
         assert isinstance(r.exception, SystemExit)  # a clean exit, not an AssertionError from torch
     r = CliRunner().invoke(app, base + ["--model", "gbdt", "--out", str(tmp_path / "ok")])  # the CPU still trains
     assert r.exit_code == 0 and (tmp_path / "ok" / "config.json").is_file(), r.output
+
+    # curate evaluate's text prints the per-operator and per-hardware rows its help promises (they were --json only)
+    r = CliRunner().invoke(app, ["evaluate", str(tmp_path / "ok"), str(ds), "--split", "within"])
+    j = CliRunner().invoke(app, ["evaluate", str(tmp_path / "ok"), str(ds), "--split", "within", "--json"])
+    assert r.exit_code == 0 and j.exit_code == 0, r.output
+    res = json.loads(j.output)
+    lines = r.output.splitlines()
+    assert lines[0].startswith(f"PCA {res['pca']:.4f}")
+    assert lines[1].startswith(f"  op_class pooling: PCA {res['by_op_class']['pooling']['pca']:.4f}")
+    assert any(x.startswith("  hardware pooling: PCA ") for x in lines)  # named by its folder
