@@ -46,6 +46,37 @@ def _proxy_fit_eval(train: pl.DataFrame, test: pl.DataFrame, ftr: dict, fte: dic
     return {k: round(float(r[k]), 4) for k in ("pca", "top1", "top5")}
 
 
+EVAL_MODELS = ("proxy", "attention", "gbdt", "mlp")  # the proxy, or one of the product's models
+
+
+def valid_draw(df: pl.DataFrame, seed: int) -> np.ndarray:
+    """A tenth of each task's records (at least one of a task with two or more), drawn by record id and seed: the
+    validation part a product model stops early on."""
+    from .splits import _u01, _within
+
+    return _within(df, _u01(df["record_id"], seed, "prune-models-valid"), 0.1)
+
+
+def _model_fit_eval(kind: str, kept: pl.DataFrame, test: pl.DataFrame, ops: pl.DataFrame, seed: int, epochs: int,
+                    valid: pl.DataFrame | None = None) -> dict:
+    """One of the product's models trained on ``kept`` the way ``curate train`` trains it (``training.fit_on_frame``:
+    the split's own hyperparameters, within-task statistics over each task's records in the frame, attention on one
+    thread) and scored on ``test``. It stops early on ``valid`` when given (records the pruning never saw), else on
+    a tenth of the kept records: all that a pruned dataset's user has."""
+    from .training import _part, fit_on_frame
+
+    if valid is None:
+        parts = [kept.with_columns(pl.Series("part", np.where(valid_draw(kept, seed), "valid", "train")))]
+    else:
+        parts = [kept.with_columns(pl.lit("train").alias("part")), valid.with_columns(pl.lit("valid").alias("part"))]
+    frame = pl.concat(parts + [test.with_columns(pl.lit("test").alias("part"))], how="vertical_relaxed")
+    frame = frame.join(ops, on="task_id", how="left", maintain_order="left")
+    m, d = fit_on_frame(frame, kind, seed=seed, epochs=epochs, **({"num_threads": 1} if kind == "attention" else {}))
+    te = _part(d, (frame["part"] == "test").to_numpy())
+    r = evaluate_predictions(te["task_ids"], te["labels"], m.predict(te))
+    return {k: round(float(r[k]), 4) for k in ("pca", "top1", "top5")}
+
+
 def prepare(dataset: Path, seed: int = 0) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(train+valid frame, test frame) of a within-task split; labels relative to the full data."""
     recs = with_labels(load_records(dataset))
@@ -55,27 +86,46 @@ def prepare(dataset: Path, seed: int = 0) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 
 def evaluate_methods(dataset: Path, ratios: list[float], methods: list[str], seeds: list[int],
-                     min_keep: int = 8) -> list[dict]:
-    """Rows of {method, ratio, seed, pca, top1, top5, kept, seconds}; method 'full' at ratio 0 is the baseline."""
+                     min_keep: int = 8, model: str = "proxy", epochs: int = 24,
+                     valid_from: str = "kept") -> list[dict]:
+    """Rows of {method, ratio, seed, pca, top1, top5, kept, seconds}; method 'full' at ratio 0 is the baseline.
+
+    ``model``: ``proxy`` (the fixed LightGBM ranker, ``PROXY``) or one of the product's models (``attention``,
+    ``gbdt``, ``mlp``; ``_model_fit_eval``, ``epochs`` for the neural ones). ``valid_from`` (product models only):
+    ``kept``, a tenth of the kept records validate; ``pool``, a tenth of each task's training records is set aside
+    before pruning and validates every run (the pruning then runs on the rest)."""
+    if model not in EVAL_MODELS:
+        raise ValueError(f"unknown evaluation model {model!r}; choose from {', '.join(EVAL_MODELS)}")
     rows = []
     for seed in seeds:
         train, test = prepare(dataset, seed)
+        valid = ops = None
+        if model != "proxy":
+            from .features import operator_classes
+
+            ops = operator_classes(pl.concat([train, test], how="vertical_relaxed")).select("task_id", "op_class")
+            if valid_from == "pool":
+                v = pl.Series(valid_draw(train, seed))
+                valid, train = train.filter(v & pl.col("is_valid")), train.filter(~v)
         ftrain = featurize(train)
-        ftest = featurize(test)
+        ftest = featurize(test) if model == "proxy" else None
         valid_tr = train["is_valid"].to_numpy()
-        base = _proxy_fit_eval(train.filter(pl.Series(valid_tr)), test,
-                               {k: v[valid_tr] for k, v in ftrain.items()}, ftest, seed)
-        rows.append({"method": "full", "ratio": 0.0, "seed": seed, **base, "kept": int(valid_tr.sum()), "seconds": 0})
+
+        def fit_eval(m: np.ndarray) -> dict:
+            sub = train.filter(pl.Series(m))
+            if model == "proxy":
+                return _proxy_fit_eval(sub, test, {k: v[m] for k, v in ftrain.items()}, ftest, seed)
+            return _model_fit_eval(model, sub, test, ops, seed, epochs, valid)
+
+        rows.append({"method": "full", "ratio": 0.0, "seed": seed, **fit_eval(valid_tr), "kept": int(valid_tr.sum()),
+                     "seconds": 0})
         for ratio in ratios:
             for method in methods:
                 t0 = time.perf_counter()
                 keep, _ = select(train, ratio, method, seed, min_keep, feats=ftrain)
                 secs = time.perf_counter() - t0
-                m = keep & valid_tr
-                sub = train.filter(pl.Series(m))
-                res = _proxy_fit_eval(sub, test, {k: v[m] for k, v in ftrain.items()}, ftest, seed)
-                rows.append({"method": method, "ratio": ratio, "seed": seed, **res, "kept": int(keep.sum()),
-                             "seconds": round(secs, 2)})
+                rows.append({"method": method, "ratio": ratio, "seed": seed, **fit_eval(keep & valid_tr),
+                             "kept": int(keep.sum()), "seconds": round(secs, 2)})
     return rows
 
 
@@ -94,11 +144,12 @@ def check_evaluation_memory(dataset: Path) -> None:
 
 
 def evaluate_pruning(dataset: Path, ratio: float, method: str = "hybrid", seed: int = 0, min_keep: int = 8,
-                     seeds: int = 1) -> dict:
+                     seeds: int = 1, model: str = "proxy", epochs: int = 24) -> dict:
     """What ``curate prune --evaluate`` prints: full data, ``method`` and random pruning at one ratio, over ``seeds``
-    seeds from ``seed`` on (each its own within-task test split, shared by the three).
+    seeds from ``seed`` on (each its own within-task test split, shared by the three), judged by ``model`` (the
+    proxy, or one of the product's models: ``evaluate_methods``).
 
-    Returns ``{"seeds": [...], "full" | method | "random": {pca, top1, top5, kept} (means over the seeds),
+    Returns ``{"model": ..., "seeds": [...], "full" | method | "random": {pca, top1, top5, kept} (means over the seeds),
     "runs": [one row per (method, seed)], "paired": {pca_vs_full, top1_vs_full, pca_vs_random, top1_vs_random,
     *_paired_sd}}``: the method's mean difference to full data and to random pruning, paired by seed, in
     fractions (0.003 = 0.3 PCA points), with the sd of the paired difference over seeds (None for one seed).
@@ -109,8 +160,8 @@ def evaluate_pruning(dataset: Path, ratio: float, method: str = "hybrid", seed: 
 
     seed_list = list(range(seed, seed + max(int(seeds), 1)))
     methods = [method] if method == "random" else [method, "random"]
-    rows = evaluate_methods(dataset, [ratio], methods, seed_list, min_keep)
-    out: dict = {"seeds": seed_list}
+    rows = evaluate_methods(dataset, [ratio], methods, seed_list, min_keep, model, epochs)
+    out: dict = {"model": model, "seeds": seed_list}
     for m in ["full"] + methods:
         mine = [r for r in rows if r["method"] == m]
         out[m] = {k: round(st.mean(r[k] for r in mine), 4) for k in ("pca", "top1", "top5")}
@@ -126,11 +177,19 @@ def evaluate_pruning(dataset: Path, ratio: float, method: str = "hybrid", seed: 
 EVALUATION_HEADING = "## Proxy evaluation (curate prune --evaluate)"
 
 
+def model_words(model: str) -> str:
+    """Which ranker an evaluation trained, in words."""
+    if model == "proxy":
+        return "The LightGBM lambdarank proxy (`evaluate_prune.PROXY`)"
+    return (f"The product's {model} model (trained as `curate train` trains it, stopping early on a tenth of its "
+            f"training records)")
+
+
 def evaluation_markdown(ev: dict, method: str, ratio: float) -> list[str]:
     """The pruning report's section for an ``evaluate_pruning`` result."""
     seeds = ", ".join(map(str, ev["seeds"]))
     lines = [EVALUATION_HEADING, "",
-             f"The LightGBM lambdarank proxy (`evaluate_prune.PROXY`) trained on the full training part of a "
+             f"{model_words(ev.get('model', 'proxy'))} trained on the full training part of a "
              f"within-task split of the source dataset and on that part pruned by `{method}` at ratio {ratio}"
              + ("" if method == "random" else " and at random at the same ratio") + f"; scored on the same test "
              f"records. Seeds {seeds} (each its own test split); means over the seeds.", "",

@@ -208,8 +208,9 @@ def test_prune_evaluate_reports_full_method_and_random_and_refuses_a_dataset_too
     r = CliRunner().invoke(app, ["prune", str(ds3), "--ratio", "0.45", "--out", str(tmp_path / "p"), "--evaluate",
                                  "--json"])
     assert r.exit_code == 0, r.output
-    ev = json.loads(r.stdout)["evaluation"]
-    assert set(ev) == {"seeds", "full", "hybrid", "random", "runs", "paired"} and ev["seeds"] == [0]
+    ev = ev1 = json.loads(r.stdout)["evaluation"]
+    assert set(ev) == {"model", "seeds", "full", "hybrid", "random", "runs", "paired"} and ev["seeds"] == [0]
+    assert ev["model"] == "proxy"
     assert all(0.5 < ev[k]["pca"] <= 1 and 0 < ev[k]["top1"] <= 1 for k in ("full", "hybrid", "random"))
     # the same proxy on the same test records: full data keeps every valid training record, both prunings 55% of them
     assert ev["hybrid"]["kept"] == ev["random"]["kept"]
@@ -225,7 +226,7 @@ def test_prune_evaluate_reports_full_method_and_random_and_refuses_a_dataset_too
                                  str(tmp_path / "c"), "--evaluate", "--evaluate-seeds", "2", "--json"])
     assert r.exit_code == 0, r.output
     ev2 = json.loads(r.stdout)["evaluation"]
-    assert ev2["seeds"] == [0, 1] and set(ev2) == {"seeds", "full", "cluster", "random", "runs", "paired"}
+    assert ev2["seeds"] == [0, 1] and set(ev2) == {"model", "seeds", "full", "cluster", "random", "runs", "paired"}
     runs = {(x["method"], x["seed"]): x for x in ev2["runs"]}
     assert set(runs) == {(m, s) for m in ("full", "cluster", "random") for s in (0, 1)}
     assert {k: runs[("full", 0)][k] for k in ("pca", "top1", "kept")} == \
@@ -255,12 +256,31 @@ def test_prune_evaluate_reports_full_method_and_random_and_refuses_a_dataset_too
     r = CliRunner().invoke(app, ["prune", str(ds3), "--ratio", "0.45", "--method", "random", "--out",
                                  str(tmp_path / "r"), "--evaluate", "--json"])
     ev = json.loads(r.stdout)["evaluation"]  # random is its own control: evaluated once, no difference to itself
-    assert set(ev) == {"seeds", "full", "random", "runs", "paired"} and set(ev["paired"]) == {"pca_vs_full",
+    assert set(ev) == {"model", "seeds", "full", "random", "runs", "paired"} and set(ev["paired"]) == {"pca_vs_full",
                                                                                                 "top1_vs_full"}
     assert len(ev["runs"]) == 2 and "Against random" not in (tmp_path / "r" / "prune_report.md").read_text()
     r = CliRunner().invoke(app, ["prune", str(ds3), "--ratio", "0.45", "--out", str(tmp_path / "z"), "--evaluate",
                                  "--evaluate-seeds", "0"])
     assert r.exit_code == 2 and "--evaluate-seeds must be at least 1" in r.output
+    # --evaluate-model: the model the product trains judges the same pruned records on the same test split
+    r = CliRunner().invoke(app, ["prune", str(ds3), "--ratio", "0.45", "--out", str(tmp_path / "a"), "--evaluate",
+                                 "--evaluate-model", "attention", "--json"])
+    assert r.exit_code == 0, r.output
+    eva = json.loads(r.stdout)["evaluation"]
+    assert eva["model"] == "attention" and eva["seeds"] == [0]
+    runs_p = {x["method"]: x for x in ev1["runs"]}
+    runs_a = {x["method"]: x for x in eva["runs"]}
+    assert {m: runs_a[m]["kept"] for m in runs_a} == {m: runs_p[m]["kept"] for m in runs_p}  # the same selections
+    assert [runs_a[m]["pca"] for m in ("full", "hybrid", "random")] != [runs_p[m]["pca"] for m in ("full", "hybrid",
+                                                                                                    "random")]
+    assert all(0.5 < eva[m]["pca"] <= 1 for m in ("full", "hybrid", "random"))
+    rep = (tmp_path / "a" / "prune_report.md").read_text()
+    assert "The product's attention model (trained as `curate train` trains it" in rep
+    assert f"| hybrid | {eva['hybrid']['pca']:.4f} |" in rep
+    r = CliRunner().invoke(app, ["prune", str(ds3), "--ratio", "0.45", "--out", str(tmp_path / "x"), "--evaluate",
+                                 "--evaluate-model", "xgb"])
+    assert r.exit_code == 2 and "--evaluate-model must be one of proxy, attention, gbdt, mlp" in r.output
+    assert not (tmp_path / "x").exists()  # refused before pruning
     # a machine too small for the evaluation: refused before the pruning runs, the way out named
     import tenset_curate.training as T
     monkeypatch.setattr(T, "available_memory", lambda: 100 * BYTES_PER_TRAINING_RECORD)
