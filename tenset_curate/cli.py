@@ -118,7 +118,7 @@ def info(dataset: Path = typer.Argument(...), json_out: bool = typer.Option(Fals
 def prune(
     dataset: Path = typer.Argument(...),
     ratio: float = typer.Option(..., help="fraction of records to REMOVE (0.45 keeps 55%)"),
-    method: str = typer.Option("hybrid", help="redundancy | cluster | importance | hybrid | random"),
+    method: str = typer.Option("hybrid", help="redundancy | cluster | importance | hybrid | density | random"),
     out: Path = typer.Option(..., "--out", "-o"),
     seed: int = typer.Option(0),
     min_keep: int = typer.Option(8, help="records every task keeps at least"),

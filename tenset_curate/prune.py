@@ -199,7 +199,7 @@ from .labels import LABEL_KEYS, with_labels
 from .metrics import cap_queries
 from .schema import RECORD_SCHEMA
 
-METHODS = ["redundancy", "cluster", "importance", "hybrid", "random"]
+METHODS = ["redundancy", "cluster", "importance", "hybrid", "density", "random"]
 HYBRID_IMPORTANCE_SHARE = 0.0  # see the module docstring: importance picks hurt the proxy on real data
 HYBRID_TOP_SHARE = 0.05  # share of a task's kept budget given to its fastest programs first (module docstring)
 HYBRID_ALLOCATION_POWER = 1.0  # hybrid: kept records per task proportional to size**power (module docstring)
@@ -528,7 +528,7 @@ def prepare_unit(df: pl.DataFrame, method: str, seed: int = 0, feats: dict | Non
     first = np.ones(n, bool)
     first[1:] = groups[order][1:] != groups[order][:-1]
     best[order[first & (lab_masked[order] > 0)]] = True
-    need_keys = method in ("redundancy", "hybrid")
+    need_keys = method in ("redundancy", "hybrid", "density")
     need_flat = method in ("cluster", "hybrid", "importance")
     keys, flat = _unit_features(df, groups, need_keys, need_flat, feats)
     unit = {"groups": groups, "labels": labels, "valid": valid, "best": best, "pool": np.ones(n, bool)}
@@ -543,7 +543,7 @@ def prepare_unit(df: pl.DataFrame, method: str, seed: int = 0, feats: dict | Non
         unit["pool"] = is_rep | best
         unit["merge_keys"] = keys
         info["duplicates"] = int((~is_rep).sum())
-    if method == "hybrid":
+    if method in ("hybrid", "density"):
         info["failed_dropped_first"] = int((unit["pool"] & ~valid).sum())
     if flat is not None:
         unit["flat"] = flat
@@ -580,7 +580,7 @@ def select_unit(unit: dict, alloc: np.ndarray, method: str, seed: int) -> np.nda
         if method in ("random", "redundancy"):
             keep[rng.permutation(cand)[:k]] = True
             continue
-        if method == "hybrid":
+        if method in ("hybrid", "density"):
             cand_valid = cand[valid[cand]]
             if k > len(cand_valid):  # not enough valid ones: add failures
                 keep[cand_valid] = True
@@ -593,13 +593,16 @@ def select_unit(unit: dict, alloc: np.ndarray, method: str, seed: int) -> np.nda
             keep[_cluster_select(cand, k, a["flat"], labels, rng)] = True
         elif method == "importance":
             keep[_importance_pick(cand, k, a["imp"], rng)] = True
-        else:  # hybrid: the task's fastest programs, then cluster representatives (and importance picks)
+        else:  # hybrid, density: the task's fastest programs, then cluster representatives (and importance picks)
             kt = int(round(k * HYBRID_TOP_SHARE))
             if kt:
                 keep[cand[np.argsort(-labels[cand], kind="stable")[:kt]]] = True
                 cand, k = cand[~keep[cand]], k - kt
                 if k <= 0 or len(cand) == 0:
                     continue
+            if method == "density":  # the rest at random: the kept set keeps the pool's density
+                keep[rng.permutation(cand)[:k]] = True
+                continue
             kc = k - int(round(k * HYBRID_IMPORTANCE_SHARE))
             sel = _cluster_select(cand, kc, a["flat"], labels, rng) if kc else np.array([], np.int64)
             keep[sel] = True

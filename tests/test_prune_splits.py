@@ -375,6 +375,47 @@ def test_hybrid_keeps_each_tasks_fastest_programs(pooling, monkeypatch):
     assert missed_top(0.0) > 0
 
 
+def test_density_keeps_the_pools_label_distribution_where_hybrid_covers_its_range(pooling, monkeypatch):
+    """``density`` = hybrid's first steps (duplicates merged, failures out, each task's fastest programs), then the
+    rest at random instead of cluster representatives: beyond the top share its kept labels follow the task's valid
+    pool (what the attention model needs, reports/prune_models.md), where hybrid's representatives spread over the
+    label range. On the real pooling tasks at 0.7: density's Kolmogorov-Smirnov distance to each task's pool (mean
+    over tasks, the top share left out of both) is well under hybrid's; it keeps every task's top programs (share
+    raised to 0.1 as above)."""
+    from tenset_curate import prune as pr
+
+    monkeypatch.setattr(pr, "HYBRID_TOP_SHARE", 0.1)
+    df = with_labels(load_records(pooling))
+    df = df.filter(~pl.col("source_file").str.ends_with("again.json"))
+    tids, labels, valid = df["task_id"].to_numpy(), df["label"].to_numpy(), df["is_valid"].to_numpy()
+
+    def ks_and_top(method):
+        keep, _ = select(df, 0.7, method, 0, 8)
+        dist, missed = [], 0
+        for t in np.unique(tids):
+            idx = np.flatnonzero((tids == t) & valid)
+            kept = idx[keep[idx]]
+            top = int(round((int(keep[tids == t].sum()) - 1) * 0.1))
+            order = idx[np.argsort(-labels[idx], kind="stable")]
+            missed += int((~keep[order[:top]]).sum())
+            rest_pool, rest_kept = np.sort(labels[order[top + 1:]]), np.sort(labels[np.setdiff1d(kept, order[:top + 1])])
+            if len(rest_kept) < 20:
+                continue
+            grid = rest_pool
+            cdf_pool = np.arange(1, len(grid) + 1) / len(grid)
+            cdf_kept = np.searchsorted(rest_kept, grid, side="right") / len(rest_kept)
+            dist.append(np.abs(cdf_pool - cdf_kept).max())
+        assert len(dist) >= 5
+        return float(np.mean(dist)), missed
+
+    d_density, missed = ks_and_top("density")
+    d_hybrid, _ = ks_and_top("hybrid")
+    d_random, _ = ks_and_top("random")
+    assert missed == 0
+    assert d_density < 0.6 * d_hybrid, (d_density, d_hybrid)
+    assert d_density < 2 * d_random + 0.02, (d_density, d_random)  # as close to the pool as a random draw
+
+
 def test_task_split_holds_out_whole_tasks_on_every_hardware(k80_mi50_dataset):
     """``task``: a seeded share of the workloads is test on both GPUs, every record of it; nothing of it trains."""
     recs = load_records(k80_mi50_dataset, ["record_id", "hardware", "task_id", "workload_key"])
