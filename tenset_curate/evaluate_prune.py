@@ -3,7 +3,9 @@
 The held-out test part of a within-task split (TenSet's scheme, seeded) is fixed first; only the training part is
 pruned (so the pruning never sees test labels), by the requested method and by random pruning at the same ratio
 (the control). The same proxy (LightGBM lambdarank over the flat features, fixed hyper-parameters) is trained on
-each and scored with TenSet's metrics on the same test records.
+each and scored with TenSet's metrics on the same test records. ``model`` swaps the proxy for one of the product's
+models, trained as ``curate train`` trains it (``curate prune --evaluate-model``): the methods do not rank the same
+for every model (reports/prune_models.md: hybrid helps the proxy and costs the attention model PCA against random).
 """
 from __future__ import annotations
 
@@ -96,6 +98,8 @@ def evaluate_methods(dataset: Path, ratios: list[float], methods: list[str], see
     before pruning and validates every run (the pruning then runs on the rest)."""
     if model not in EVAL_MODELS:
         raise ValueError(f"unknown evaluation model {model!r}; choose from {', '.join(EVAL_MODELS)}")
+    if valid_from not in ("kept", "pool"):
+        raise ValueError(f"valid_from must be kept or pool, not {valid_from!r}")
     rows = []
     for seed in seeds:
         train, test = prepare(dataset, seed)

@@ -20,6 +20,14 @@
   did not see it) scores each record by its rank error; informative (hard) records are kept, with a floor of
   easy ones drawn at random so the label distribution does not collapse.
 - ``random``: the control.
+- ``density``: ``hybrid``'s first steps (duplicates merged, failed records out, the task's fastest programs for the
+  share ``HYBRID_TOP_SHARE`` of its kept budget), then the rest drawn at random, so the kept set keeps the pool's
+  density instead of covering its space. For the product's attention model (reports/prune_models.md, session 27):
+  judged by that model rather than the proxy (``evaluate_prune.evaluate_methods(model="attention")``), hybrid's
+  cluster representatives cost 0.02-1.29 PCA points against random pruning at 0.45 and 0.7 on all four real sets,
+  and ``density`` beats hybrid on all eight (set, ratio) rows by 0.23-1.18 points and random on six (seeds 0-2).
+  The attention model loses 1.1-2.3 PCA points at 0.45 and 2.7-4.6 at 0.7 whatever the method: it ranks better than
+  the proxy on full data and needs more of it.
 - ``hybrid`` (default): redundancy first, then failed records, then the task's fastest programs for the share
   ``HYBRID_TOP_SHARE`` of its kept budget, then cluster representatives for the rest (farthest-first where at least
   half the task stays, as in ``cluster``), mixed with importance picks
