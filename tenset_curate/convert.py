@@ -397,7 +397,8 @@ def convert(inputs: list, out: Path, hardware: str | None = None, workers: int =
 
     Unchanged inputs (same size, mtime and sha256 as in the manifest, converted under the same ``hardware``) are
     skipped; new or changed ones are converted, and so is an input converted before under another ``hardware``
-    name (its records are renamed, not kept twice); a killed run resumes. Input lines = rows + quarantined + comments is checked for every file.
+    name (its records are renamed, not kept twice); a killed run resumes. Input lines = rows + quarantined +
+    comments is checked for every file.
     ``executor`` (``local`` | ``ray``, see executors.py) and ``workers`` decide where the per-input work runs;
     the output is the same either way. ``group_bytes``: uncompressed JSON per group of Ansor logs (one shard per
     group and hardware; see the module docstring).

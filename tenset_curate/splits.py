@@ -61,10 +61,9 @@ def make_split(records: pl.DataFrame, scheme: str, seed: int = 0, test_fraction:
     """Return (assignment table, info). ``records`` needs record_id, hardware, task_id, workload_key."""
     if scheme not in SCHEMES:
         raise ValueError(f"unknown scheme {scheme!r}; choose from {', '.join(SCHEMES)}")
-    unused = [opt for opt, given, schemes in (("--holdout", holdout, ("network", "operator")),
-                                              ("--train-hw", train_hw, ("hardware",)),
-                                              ("--test-hw", test_hw, ("hardware",)),
-                                              ("--few-shot", few_shot, ("hardware",))) if given and scheme not in schemes]
+    options = (("--holdout", holdout, ("network", "operator")), ("--train-hw", train_hw, ("hardware",)),
+               ("--test-hw", test_hw, ("hardware",)), ("--few-shot", few_shot, ("hardware",)))
+    unused = [opt for opt, given, schemes in options if given and scheme not in schemes]
     if unused:  # said and not applied would be a split other than the one asked for
         raise ValueError(f"{', '.join(unused)} do(es) not apply to a {scheme} split")
     df = records.select("record_id", "hardware", "task_id", "workload_key")

@@ -398,7 +398,8 @@ def test_density_keeps_the_pools_label_distribution_where_hybrid_covers_its_rang
             top = int(round((int(keep[tids == t].sum()) - 1) * 0.1))
             order = idx[np.argsort(-labels[idx], kind="stable")]
             missed += int((~keep[order[:top]]).sum())
-            rest_pool, rest_kept = np.sort(labels[order[top + 1:]]), np.sort(labels[np.setdiff1d(kept, order[:top + 1])])
+            rest_pool = np.sort(labels[order[top + 1:]])
+            rest_kept = np.sort(labels[np.setdiff1d(kept, order[:top + 1])])
             if len(rest_kept) < 20:
                 continue
             grid = rest_pool
