@@ -32,7 +32,7 @@ def main():
     ap.add_argument("--logs", nargs="+", default=["../shared/realdata/ansor/roller-k80"])
     ap.add_argument("--work", default="/tmp/tc-bench-prune")
     ap.add_argument("--ratios", nargs="+", type=float, default=[0.45, 0.7])
-    ap.add_argument("--methods", nargs="+", default=["hybrid", "cluster", "importance", "random"])
+    ap.add_argument("--methods", nargs="+", default=["hybrid", "density", "cluster", "importance", "random"])
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--out", default="reports/prune.md")
     ap.add_argument("--task-sizes", nargs="+", type=int, default=[250, 500, 1000, 2000, 4000])
@@ -80,7 +80,7 @@ def main():
     if a.merge and Path(a.out).exists():
         redone = {(r["method"], r["ratio"]) for r in rows}
         rows = [r for r in _raw_rows(Path(a.out).read_text()) if (r["method"], r["ratio"]) not in redone] + rows
-        order = ["full", "hybrid", "cluster", "importance", "random", "redundancy"]  # the report's row order
+        order = ["full", "hybrid", "density", "cluster", "importance", "random", "redundancy"]  # the report's order
         rows.sort(key=lambda r: (r["seed"], r["ratio"], order.index(r["method"]) if r["method"] in order else 99))
     png = Path(a.out).with_name(Path(a.out).stem + "_curve.png")
     plot_curves(rows, png)
