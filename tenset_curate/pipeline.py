@@ -11,6 +11,9 @@ A pipeline file names a work directory and, in order, the steps it runs, each a 
     inputs = ["data/sample-cpu"]         # input paths may be anywhere (they are read, never written);
     ...                                  # "@collect" is the collect step's output folder
 
+A table or key that no step reads (``TABLE_KEYS``; collect and verify take their function's keywords) is refused
+before anything runs, in the file or in ``--set``: a misspelt key would otherwise leave its default in place.
+
 Each step's output lives in ``workdir/<step>/`` and is keyed by the hash of its parameters, the keys of the steps
 before it and the code version (a hash of the package's source). A step whose key matches ``workdir/state.json``
 and whose outputs exist is skipped and says so; a killed run resumes at the first unfinished step, and ``convert``
