@@ -422,9 +422,8 @@ def convert(inputs: list, out: Path, hardware: str | None = None, workers: int =
         for u in units:
             fp = u.fingerprint()
             old = manifest["inputs"].get(u.label)
-            if old and old.get("hardware_override") != hardware:  # named otherwise this time: convert it again
-                changed.append((u, fp, old))
-                continue
+            if old and old.get("hardware_override") != hardware:
+                old = None  # converted under another hardware name: converted again, as a new input is
             if old and [(f["path"], f["size"], f["mtime_ns"]) for f in old["files"]] == [
                     (f["path"], f["size"], f["mtime_ns"]) for f in fp] and _outputs_exist(out, old):
                 skipped += 1
@@ -446,8 +445,7 @@ def convert(inputs: list, out: Path, hardware: str | None = None, workers: int =
                 errors[u.label] = f"{type(e).__name__}: {e}"
                 log(f"error: {u.label}: {errors[u.label]}")
                 continue
-            if ([f["sha256"] for f in old["files"]] == shas and _outputs_exist(out, old)
-                    and old.get("hardware_override") == hardware):
+            if [f["sha256"] for f in old["files"]] == shas and _outputs_exist(out, old):
                 for f, s in zip(fp, shas):  # touched but unchanged: refresh the fingerprint only
                     f["sha256"] = s
                 old["files"] = fp
