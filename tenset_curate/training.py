@@ -240,17 +240,23 @@ def balanced_rows(rows: np.ndarray, hardware: np.ndarray) -> np.ndarray:
 def fine_tune_hardware(df: pl.DataFrame, fine_tune: str | list[str] | None = "auto") -> list[str]:
     """The hardware whose training records a model is fine-tuned on after training on the whole train part.
 
-    ``"auto"``: the hardware of the split's test part, when each of them also has training records and some other
-    hardware trains too: the few-shot case, where a handful of the target's records sit among many of another
-    hardware's (TenSet's transfer setting). Within one hardware, zero-shot and operator- or network-wise splits
-    (the test hardware are all the training hardware, or none of them) give ``[]``. ``None`` / ``"none"``: no
-    fine-tuning. A list (or a comma-separated string) names the hardware; each must have training records."""
+    ``"auto"``: the hardware of the split's test part, when each of them has training records, fewer than it has
+    test records, and some other hardware trains too: the few-shot case, where a handful of the target's records
+    sit among many of another hardware's (TenSet's transfer setting). Within one hardware, zero-shot and operator- or
+    network-wise splits (the test hardware are all the training hardware, or none of them) give ``[]``, and so does
+    a within-task split of several hardware where one has no test records (its tasks too small to test): there
+    every tested hardware trains on most of its records, and fine-tuning on them would only retrain on part of
+    the data. ``None`` / ``"none"``: no fine-tuning. A list (or a comma-separated string) names the hardware; each
+    must have training records."""
     if fine_tune is None or fine_tune == "none":
         return []
     train_hw = set(df.filter(pl.col("part") == "train")["hardware"].unique().to_list())
     if fine_tune == "auto":
-        test_hw = set(df.filter(pl.col("part") == "test")["hardware"].unique().to_list())
-        return sorted(test_hw) if test_hw and test_hw < train_hw else []
+        count = {p: dict(df.filter(pl.col("part") == p)["hardware"].value_counts().iter_rows())
+                 for p in ("train", "test")}
+        test_hw = set(count["test"])
+        few = all(count["train"].get(h, 0) < count["test"][h] for h in test_hw)
+        return sorted(test_hw) if test_hw and test_hw < train_hw and few else []
     names = [h.strip() for h in (fine_tune.split(",") if isinstance(fine_tune, str) else fine_tune) if h.strip()]
     missing = sorted(set(names) - train_hw)
     if missing:

@@ -7,6 +7,7 @@ import json
 import math
 
 import numpy as np
+import polars as pl
 import pytest
 
 pytest.importorskip("torch")
@@ -36,7 +37,13 @@ def few_shot(ds):
 def test_auto_fine_tunes_only_on_a_few_shot_splits_target_hardware(ds, few_shot):
     assert fine_tune_hardware(few_shot) == ["roller-mi50"]
     assert fine_tune_hardware(labelled_split(ds, "ft_zs")) == []  # zero-shot: the test hardware never trains
-    assert fine_tune_hardware(labelled_split(ds, "ft_within")) == []  # every test hardware is every training one
+    within = labelled_split(ds, "ft_within")
+    assert fine_tune_hardware(within) == []  # every test hardware is every training one
+    # a within-task split where one hardware has no test records (its tasks too small to test) is no few-shot
+    # split: each tested hardware trains on most of its records (it was fine-tuned on them, and said so)
+    one_tested = within.filter((pl.col("part") != "test") | (pl.col("hardware") == "roller-k80"))
+    assert set(one_tested.filter(pl.col("part") == "train")["hardware"]) == {"roller-k80", "roller-mi50"}
+    assert fine_tune_hardware(one_tested) == []
     assert fine_tune_hardware(few_shot, "none") == [] and fine_tune_hardware(few_shot, None) == []
     assert fine_tune_hardware(few_shot, "roller-k80,roller-mi50") == ["roller-k80", "roller-mi50"]
     assert fine_tune_hardware(few_shot, "roller-k80, roller-mi50 ") == ["roller-k80", "roller-mi50"]  # as typed
