@@ -643,35 +643,76 @@ def hardware_context(path: Path, cli: str | None, input_root: Path | None) -> Ha
 CHUNK_BYTES = 1 << 22  # a read block; lines are cut at its last newline
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _gunzip(fh) -> Iterator[bytes]:
+    """The decompressed bytes of a gzip stream, piece by piece as the compressed bytes arrive (members one after
+    another, zero padding between them skipped, each member's CRC and length checked: what ``gzip`` reads). A
+    stream cut short raises ``EOFError`` only after every byte decompressed before the cut was yielded, where
+    ``gzip.open(...).read(n)`` drops the whole read that hit the end. Pieces are at most ``CHUNK_BYTES``."""
+    d, fresh, buf = zlib.decompressobj(31), True, b""
+    while True:
+        raw = fh.read(1 << 20)
+        if not raw:
+            break
+        buf = buf + raw if buf else raw
+        while buf:
+            if fresh:  # a member starts here: zero padding may come first, then the magic bytes
+                buf = buf.lstrip(b"\0")
+                if len(buf) < 2:
+                    break  # the magic needs another read
+                if buf[:2] != GZIP_MAGIC:
+                    raise gzip.BadGzipFile(f"Not a gzipped file ({buf[:2]!r})")
+                fresh = False
+            out = d.decompress(buf, CHUNK_BYTES)
+            if out:
+                yield out
+            if d.eof:
+                buf, d, fresh = d.unused_data, zlib.decompressobj(31), True
+            else:
+                buf = d.unconsumed_tail
+    if not fresh or buf:
+        raise EOFError("Compressed file ended before the end-of-stream marker was reached")
+
+
 def iter_chunks(path: Path) -> Iterator[tuple[int, bytes | None, str | None]]:
     """Yield (first_line_no, block, None): blocks of whole lines (newline-terminated, except a last line without
-    one); on a broken stream, (line_no, None, reason) last. Lines of a block that failed to read are lost with it.
+    one) of about ``CHUNK_BYTES``; on a broken stream, the whole lines read before the break, then (line_no, None,
+    reason) last, for the line the break cuts through (the quarantined line; the reason says how many of its bytes
+    were read).
 
     Handles gzip by magic bytes, not by name. Line endings, a BOM and CRs are left to the consumer."""
-    with open(path, "rb") as fh:
-        magic = fh.read(2)
-    opener = gzip.open if magic == b"\x1f\x8b" else open
     n = 0
-    carry = bytearray()
+    buf = bytearray()
     try:
-        with opener(path, "rb") as fh:
-            while True:
-                block = fh.read(CHUNK_BYTES)
-                if not block:
-                    break
-                cut = block.rfind(b"\n") + 1
-                if cut == 0:  # no line ends in this block: keep it for the next one
-                    carry += block
+        with open(path, "rb") as fh:
+            gz = fh.read(2) == GZIP_MAGIC
+            fh.seek(0)
+            pieces = _gunzip(fh) if gz else iter(lambda: fh.read(CHUNK_BYTES), b"")
+            for piece in pieces:
+                buf += piece
+                if len(buf) < CHUNK_BYTES:
                     continue
-                chunk = bytes(carry + block[:cut]) if carry else block[:cut]
-                carry = bytearray(block[cut:])
+                cut = buf.rfind(b"\n") + 1
+                if cut == 0:  # no line ends in it yet: read on
+                    continue
+                chunk = bytes(buf[:cut])
+                del buf[:cut]
                 yield n + 1, chunk, None
                 n += chunk.count(b"\n")
     except (EOFError, OSError, zlib.error, gzip.BadGzipFile) as e:
-        yield n + 1, None, f"corrupt or truncated compressed stream after line {n}: {type(e).__name__}: {e}"
+        cut = buf.rfind(b"\n") + 1
+        if cut:  # the whole lines read before the break
+            chunk = bytes(buf[:cut])
+            del buf[:cut]
+            yield n + 1, chunk, None
+            n += chunk.count(b"\n")
+        part = f"; {len(buf)} bytes of line {n + 1} read before it" if buf else ""
+        yield n + 1, None, f"corrupt or truncated compressed stream after line {n}{part}: {type(e).__name__}: {e}"
         return
-    if carry:
-        yield n + 1, bytes(carry), None
+    if buf:
+        yield n + 1, bytes(buf), None
 
 
 def iter_lines(path: Path) -> Iterator[tuple[int, bytes | None, str | None]]:

@@ -7,6 +7,7 @@ import json
 import os
 import random
 import shutil
+import zlib
 from pathlib import Path
 
 import orjson
@@ -454,6 +455,29 @@ def test_malformed_lines_are_quarantined_with_file_and_line(tmp_path):
     assert q["line"].to_list() == [4, 5, 10]
     assert q["source_file"].to_list() == ["x.json"] * 3
     assert "invalid JSON" in q["reason"][0] and q["raw"][0] == "{not json"
+
+
+def test_a_truncated_gzip_log_keeps_every_line_before_the_cut(tmp_path):
+    """A gzip log cut short (a copy or a tuning run interrupted) keeps every whole line it holds; the line the cut
+    goes through is the one quarantined, with the file and line. (The reader lost the whole read block the cut fell
+    in: with this file, all of it.)"""
+    src = REAL / "ansor" / "bennu" / "x86_resnet18.json.gz"
+    data = src.read_bytes()
+    cut = data[: len(data) // 2]
+    d = tmp_path / "logs"
+    d.mkdir()
+    (d / "t.json.gz").write_bytes(cut)
+    held = zlib.decompressobj(31).decompress(cut)  # what the cut bytes hold, read independently
+    whole = held[: held.rfind(b"\n") + 1].split(b"\n")[:-1]
+    assert len(whole) > 100 and not held.endswith(b"\n")
+    s = convert([d], tmp_path / "ds")
+    t = s["totals"]
+    assert (t["lines"], t["rows"] + t["comments"], t["quarantined"]) == (len(whole) + 1, len(whole), 1)
+    q = pl.read_parquet(str(tmp_path / "ds" / "quarantine/*.parquet"))
+    assert q["source_file"].to_list() == ["logs/t.json.gz"] and q["line"].to_list() == [len(whole) + 1]
+    assert "truncated" in q["reason"][0] and f"after line {len(whole)}" in q["reason"][0]
+    rows = pl.read_parquet(str(tmp_path / "ds" / "records/**/*.parquet")).sort("line")
+    assert rows["line"].to_list() == [i + 1 for i, x in enumerate(whole) if not x.startswith(b"#")]
 
 
 def test_cli_convert_info_sql(tmp_path):
