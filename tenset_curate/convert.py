@@ -105,11 +105,16 @@ def discover(inputs: list[Path]) -> list[Unit]:
             else:
                 units.setdefault(inp.name, Unit(fmt, inp.name, [inp], None))
             continue
-        for dirpath, dirnames, filenames in os.walk(inp):
+        root = Path(os.path.abspath(inp)).name  # the name as given: a linked folder keeps the link's name
+        # links to folders are followed (a TenSet layout may link measure_records/<hardware> to logs elsewhere);
+        # a link back to a folder above it is not (a cycle)
+        for dirpath, dirnames, filenames in os.walk(inp, followlinks=True):
             dirnames.sort()
             d = Path(dirpath)
+            up = {os.path.realpath(a) for a in [d, *d.parents]}
+            dirnames[:] = [n for n in dirnames if os.path.realpath(d / n) not in up]
             rel = d.relative_to(inp)
-            prefix = inp.resolve().name if str(rel) == "." else f"{inp.resolve().name}/{rel.as_posix()}"
+            prefix = root if str(rel) == "." else f"{root}/{rel.as_posix()}"
             names = set(filenames)
             if any(n.startswith("database_tuning_record.json") for n in names):
                 # a MetaSchedule database folder: its other files (hardware.json, workloads.json, logs/) are

@@ -624,15 +624,18 @@ class HardwareContext:
 
 
 def hardware_context(path: Path, cli: str | None, input_root: Path | None) -> HardwareContext:
-    parts = path.resolve().parts
+    """The names a file's path gives, read from the path as given, symbolic links NOT followed: a TenSet layout
+    whose ``measure_records/<hardware>/`` files or folders link to logs kept elsewhere is named by the layout,
+    not by where the links point."""
+    parts = Path(os.path.abspath(path)).parts
     mr = None
     for i, p in enumerate(parts[:-2]):
         if p == "measure_records":
             mr = parts[i + 1]
     if input_root is not None and input_root.is_dir():
-        parent = input_root.resolve().name
+        parent = Path(os.path.abspath(input_root)).name
     else:
-        parent = path.resolve().parent.name
+        parent = Path(os.path.abspath(path)).parent.name
     return HardwareContext(mr, cli, parent)
 
 

@@ -419,6 +419,26 @@ def test_hardware_rules_model_cli_parent(tmp_path):
     assert s["hardware_rules"] == {"target-model": 1, "cli": 5}
 
 
+def test_a_tenset_layout_of_links_is_named_by_the_layout(tmp_path):
+    """measure_records/<hardware>/ whose files, or whose whole folder, are links to logs kept elsewhere: the records
+    take the layout's hardware names (the reader followed the links to ../shared and named them after the folder
+    there), a linked folder is read (it was skipped: no logs found), and a link back up the tree is not a loop."""
+    pool = sorted((REAL / "ansor" / "roller-k80" / "pooling").glob("*.gz"))
+    mr = tmp_path / "tenset" / "dataset" / "measure_records"
+    (mr / "e5-2673").mkdir(parents=True)
+    for f in pool[:2]:
+        (mr / "e5-2673" / f.name).symlink_to(f)
+    (mr / "t4").symlink_to(REAL / "ansor" / "roller-k80" / "depthwise", target_is_directory=True)
+    (mr / "back").symlink_to(tmp_path / "tenset", target_is_directory=True)  # a cycle
+    s = convert([tmp_path / "tenset" / "dataset"], tmp_path / "ds")
+    n_t4 = len(list((REAL / "ansor" / "roller-k80" / "depthwise").glob("*.gz")))
+    assert s["inputs_converted"] == 2 + n_t4
+    assert set(s["rows_per_hardware"]) == {"e5-2673", "t4"}
+    assert set(s["hardware_rules"]) == {"measure_records"}
+    lines = sum(1 for f in pool[:2] for x in gzip.open(f).read().split(b"\n") if x.strip())
+    assert s["rows_per_hardware"]["e5-2673"] == lines
+
+
 def test_converting_again_under_another_hardware_name_renames_the_records(tmp_path):
     """``--hardware`` on inputs converted before: the records take the new name (they were skipped as unchanged and
     kept the old one), nothing is kept twice, no empty partition is left, and the same command again does nothing."""
