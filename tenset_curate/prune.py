@@ -803,6 +803,15 @@ def _pass2(item: dict) -> dict:
             "hist_before": hist(df), "hist_after": hist(with_labels(kept))}
 
 
+def _check_out(dataset: Path, out: Path) -> None:
+    """Refuse an output folder that is the source dataset or lies inside it (or holds it): writing the pruned
+    dataset there replaced the source's records with the kept ones, without a word."""
+    src, dst = dataset.resolve(), out.resolve()
+    if src == dst or src in dst.parents or dst in src.parents:
+        raise ValueError(f"--out {out}: the pruned dataset needs its own folder, apart from the source dataset "
+                         f"{dataset} (it would {'replace' if src == dst else 'nest with'} the source)")
+
+
 def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: int = 0, min_keep: int = 8,
           report: bool = True, executor: str = "local", workers: int = 1, address: str | None = None,
           unit_records: int = UNIT_RECORDS) -> dict:
@@ -820,6 +829,7 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
     executor = resolve_executor(executor, address)
     t0 = time.perf_counter()
     dataset, out = Path(dataset), Path(out)
+    _check_out(dataset, out)
     units = plan_units(dataset, unit_records)
     workers = max(1, min(int(workers), len(units)))  # no pool for a single unit
     with dataset_lock(out, what="curate prune"):

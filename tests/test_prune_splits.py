@@ -107,6 +107,17 @@ def test_prune_writes_same_schema_and_report(pooling, tmp_path):
     assert [f.read_bytes() for f in files] == [f.read_bytes() for f in sorted((tmp_path / "p2" / "records").glob("*/*.parquet"))]
 
 
+def test_prune_refuses_to_write_over_or_inside_its_source(pooling):
+    """--out at the source dataset replaced its records with the kept ones and said nothing; inside it, the pruned
+    shards would sit in the source's folder. Both are refused before anything is written."""
+    before = sorted((p.relative_to(pooling), p.stat().st_mtime_ns) for p in pooling.rglob("*") if p.is_file())
+    for out in (pooling, pooling / ".", pooling / "pruned", pooling.parent):
+        with pytest.raises(ValueError, match="apart from the source dataset"):
+            prune(pooling, out, 0.45, "random", seed=0)
+    assert sorted((p.relative_to(pooling), p.stat().st_mtime_ns) for p in pooling.rglob("*") if p.is_file()) == before
+    assert not (pooling / "pruned").exists()
+
+
 @pytest.mark.parametrize("method", ["hybrid", "random"])
 def test_streaming_units_keep_what_in_memory_select_keeps(pooling, tmp_path, method):
     """prune() cuts the dataset into units of whole tasks; with units of ~2,000 records (7 units here) it keeps
