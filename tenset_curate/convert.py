@@ -91,13 +91,22 @@ def _is_log(p: Path) -> bool:
     return name.endswith(LOG_SUFFIXES) and not name.startswith("database_")
 
 
+def _is_dataset(d: Path) -> bool:
+    """A dataset this toolkit wrote (``manifest.json`` beside ``records/``): ``curate convert . --out ds`` puts one
+    inside its input, and its manifest and reports are not logs."""
+    return (d / "manifest.json").is_file() and (d / "records").is_dir()
+
+
 def discover(inputs: list[Path]) -> list[Unit]:
-    """Find every input unit under the given files and folders, in a deterministic order."""
+    """Find every input unit under the given files and folders, in a deterministic order. Datasets inside the
+    folders (``_is_dataset``) are not looked into."""
     units: dict[str, Unit] = {}
     for inp in inputs:
         inp = Path(inp)
         if not inp.exists():
             raise InputError(f"{inp}: no such file or folder")
+        if inp.is_dir() and _is_dataset(inp):
+            raise InputError(f"{inp}: a dataset written by curate (manifest.json, records/), not a folder of logs")
         if inp.is_file():
             fmt = detect_format(inp)
             if fmt == "metaschedule":
@@ -112,7 +121,7 @@ def discover(inputs: list[Path]) -> list[Unit]:
             dirnames.sort()
             d = Path(dirpath)
             up = {os.path.realpath(a) for a in [d, *d.parents]}
-            dirnames[:] = [n for n in dirnames if os.path.realpath(d / n) not in up]
+            dirnames[:] = [n for n in dirnames if os.path.realpath(d / n) not in up and not _is_dataset(d / n)]
             rel = d.relative_to(inp)
             prefix = root if str(rel) == "." else f"{root}/{rel.as_posix()}"
             names = set(filenames)

@@ -439,6 +439,26 @@ def test_a_tenset_layout_of_links_is_named_by_the_layout(tmp_path):
     assert s["rows_per_hardware"]["e5-2673"] == lines
 
 
+def test_a_dataset_inside_the_input_folder_is_not_read_as_logs(tmp_path, monkeypatch):
+    """``curate convert . --out ds``: the second run read ds/manifest.json as a log (35 quarantined lines), and a
+    dataset given as the input was converted as logs. Datasets inside an input are passed over; one given as the
+    input is refused."""
+    from tenset_curate.readers import InputError
+
+    logs = tmp_path / "logs"
+    shutil.copytree(REAL / "ansor" / "roller-k80" / "pooling", logs)
+    monkeypatch.chdir(logs)
+    first = convert([Path(".")], Path("ds"))
+    assert first["totals"]["quarantined"] == 0
+    again = convert([Path(".")], Path("ds"))
+    assert again["nothing_to_do"] and again["totals"] == first["totals"]
+    other = convert([Path(".")], Path("ds2"))  # ds beside it is a dataset too, not logs
+    assert other["inputs_converted"] == first["inputs_converted"] and other["totals"] == first["totals"]
+    with pytest.raises(InputError, match="a dataset written by curate"):
+        convert([Path("ds")], tmp_path / "ds3")
+    assert not (tmp_path / "ds3").exists()
+
+
 def test_converting_again_under_another_hardware_name_renames_the_records(tmp_path):
     """``--hardware`` on inputs converted before: the records take the new name (they were skipped as unchanged and
     kept the old one), nothing is kept twice, no empty partition is left, and the same command again does nothing."""
