@@ -622,6 +622,9 @@ static int emit_record(Out *out, const uint8_t *line, size_t len, Node *N, int64
         if (!is_str(&N[vi])) return SLOW;
         Py_ssize_t n = str_value(line, &N[vi], &out->scratch);
         if (n < 0) return NOMEM;
+        const char *v = out->scratch.p;
+        /* Ansor wrote v0.1 ... v0.6; anything else: let Python quarantine it with the reason */
+        if (n != 4 || v[0] != 'v' || v[1] != '0' || v[2] != '.' || v[3] < '1' || v[3] > '6') return SLOW;
         if ((rc = intern(&out->strings, out->scratch.p, (size_t)n, &vid))) return rc;
     }
     /* i: [task, state] */

@@ -1047,6 +1047,9 @@ def _scan_batch(r: dict, source_file: str, hwctx: HardwareContext) -> tuple[pa.R
     return (b if b.num_rows else None), demoted
 
 
+ANSOR_VERSIONS = frozenset(f"v0.{i}" for i in range(1, 7))  # a line without "v" is v0.1
+
+
 def _add_ansor_record(cols: _Columns, rec, raw: bytes, lineno: int, st: FileStats) -> None:
     if type(rec) is not dict:
         raise ValueError("record is not a JSON object")
@@ -1055,6 +1058,8 @@ def _add_ansor_record(cols: _Columns, rec, raw: bytes, lineno: int, st: FileStat
     version = rec.get("v", "v0.1")
     if type(version) is not str:
         raise ValueError("version 'v' is not a string")
+    if version not in ANSOR_VERSIONS:
+        raise ValueError(f"unknown log version {version[:40]!r} (Ansor wrote v0.1 ... v0.6)")
     if type(inp) is not list or len(inp) != 2 or type(inp[0]) is not list:
         raise ValueError("'i' is not [task, state]")
     task = inp[0]

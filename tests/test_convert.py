@@ -484,17 +484,19 @@ def test_converting_again_under_another_hardware_name_renames_the_records(tmp_pa
 def test_malformed_lines_are_quarantined_with_file_and_line(tmp_path):
     src = sorted((REAL / "ansor" / "roller-k80" / "pooling").glob("*.gz"))[0]
     good = [x for x in gzip.open(src).read().split(b"\n") if x][:5]
-    bad = good[:2] + [b"# a comment", b"{not json", b'{"i": 1, "r": 2}', b""] + good[2:] + [good[0][:40]]
+    future = orjson.dumps({**orjson.loads(good[1]), "v": "v9.9"})  # no Ansor wrote it: its fields may mean else
+    bad = good[:2] + [b"# a comment", b"{not json", b'{"i": 1, "r": 2}', b""] + good[2:] + [future, good[0][:40]]
     p = tmp_path / "x.json"
     p.write_bytes(b"\n".join(bad))
     out = tmp_path / "ds"
     s = convert([p], out)
     t = s["totals"]
-    assert (t["lines"], t["rows"], t["quarantined"], t["comments"]) == (10, 5, 3, 2)
+    assert (t["lines"], t["rows"], t["quarantined"], t["comments"]) == (11, 5, 4, 2)
     q = pl.read_parquet(str(out / "quarantine/*.parquet")).sort("line")
-    assert q["line"].to_list() == [4, 5, 10]
-    assert q["source_file"].to_list() == ["x.json"] * 3
+    assert q["line"].to_list() == [4, 5, 10, 11]
+    assert q["source_file"].to_list() == ["x.json"] * 4
     assert "invalid JSON" in q["reason"][0] and q["raw"][0] == "{not json"
+    assert "unknown log version 'v9.9'" in q["reason"][2]
 
 
 def test_a_truncated_gzip_log_keeps_every_line_before_the_cut(tmp_path):
