@@ -41,7 +41,7 @@ def convert(
     inputs: List[Path] = typer.Argument(..., help="log files or folders (TenSet measure_records/, MetaSchedule dbs)"),
     out: Path = typer.Option(..., "--out", "-o", help="dataset folder"),
     hardware: Optional[str] = typer.Option(None, help="hardware name when neither -model= nor measure_records/ says"),
-    workers: int = typer.Option(1, help="worker processes"),
+    workers: int = typer.Option(1, min=1, help="worker processes"),
     wait: bool = typer.Option(False, help="wait for another writer of --out instead of failing"),
     group_mb: int = typer.Option(16, min=1, help="MB of (uncompressed) JSON logs packed into one shard"),
     json_out: bool = typer.Option(False, "--json", help="print the summary as JSON"),
@@ -123,12 +123,12 @@ def prune(
     seed: int = typer.Option(0),
     min_keep: int = typer.Option(8, help="records every task keeps at least"),
     evaluate: bool = typer.Option(False, help="also train a proxy ranker on full vs pruned vs random data"),
-    evaluate_seeds: int = typer.Option(1, help="--evaluate over this many seeds (seed, seed+1, ...; each its own "
+    evaluate_seeds: int = typer.Option(1, min=1, help="--evaluate over this many seeds (seed, seed+1, ...; each its own "
                                        "test split): means and the paired differences with their sd"),
     evaluate_model: str = typer.Option("proxy", help="--evaluate with: proxy (a fixed LightGBM ranker) or a model "
                                        "the product trains, trained as curate train trains it: attention | gbdt | mlp "
                                        "(attention: minutes per seed for 100k records on 2 cores)"),
-    workers: int = typer.Option(1, help="units of whole tasks prepared and selected in parallel"),
+    workers: int = typer.Option(1, min=1, help="units of whole tasks prepared and selected in parallel"),
     executor: str = typer.Option("local", help="local | ray"),
     address: str = typer.Option(None, help="Ray cluster to connect to, e.g. auto (implies --executor ray)"),
     json_out: bool = typer.Option(False, "--json"),
@@ -228,7 +228,7 @@ def train(
     split: str = typer.Option(..., help="split name (see curate splits make)"),
     model: str = typer.Option("attention", help="attention | mlp | gbdt"),
     out: Path = typer.Option(..., "--out", "-o", help="model directory"),
-    epochs: int = typer.Option(24, help="epochs (neural models; the attention defaults were tuned at 24)"),
+    epochs: int = typer.Option(24, min=1, help="epochs (neural models; the attention defaults were tuned at 24)"),
     device: str = typer.Option("cpu", help="cpu | cuda (attention and mlp; gbdt trains on the CPU)"),
     seed: int = typer.Option(0),
     balance_hardware: bool = typer.Option(True, help="repeat the records of a hardware with far fewer training "
@@ -347,8 +347,8 @@ def evaluate(
 def report_pca(
     dataset: Path = typer.Option(Path("data/sample-cpu"), "--dataset"),
     out: Path = typer.Option(Path("reports/pca.md"), "--out", "-o"),
-    epochs: int = typer.Option(24),
-    workers: int = typer.Option(2, help="processes training the report's models (the report is the same for any)"),
+    epochs: int = typer.Option(24, min=1),
+    workers: int = typer.Option(2, min=1, help="processes training the report's models (the report is the same for any)"),
 ):
     """Train and evaluate the baselines and the attention model on the dataset's splits; one Markdown table."""
     from .report import pca_report
@@ -359,11 +359,11 @@ def report_pca(
 @app.command()
 def collect(
     workloads: str = typer.Option("sample", help="a built-in workload set or a JSON file of workload names"),
-    trials: int = typer.Option(64, help="measured trials per workload"),
+    trials: int = typer.Option(64, min=1, help="measured trials per workload"),
     out: Path = typer.Option(..., "--out", "-o"),
     target: str = typer.Option("auto"),
     seed: int = typer.Option(0),
-    trials_per_iter: int = typer.Option(64),
+    trials_per_iter: int = typer.Option(64, min=1),
     population: int = typer.Option(128, help="evolutionary search population"),
     gzip_db: bool = typer.Option(False, "--gzip", help="gzip the database files at the end"),
     no_logs: bool = typer.Option(False, "--no-logs", help="do not keep MetaSchedule's log folder"),
@@ -379,8 +379,8 @@ def collect(
 def verify(
     model: List[Path] = typer.Option(..., "--model", help="trained model directories"),
     workloads: str = typer.Option("heldout"),
-    trials: int = typer.Option(64),
-    seeds: int = typer.Option(3),
+    trials: int = typer.Option(64, min=1),
+    seeds: int = typer.Option(3, min=1),
     out: Path = typer.Option(Path("reports/verify"), "--out", "-o"),
 ):
     """Tune held-out workloads with each model as MetaSchedule's cost model vs XGB and random (needs tvm)."""
@@ -395,7 +395,7 @@ def run_pipeline(
     set_: List[str] = typer.Option([], "--set", help="override: step.param=value"),
     executor: str = typer.Option("local", help="local (processes) | ray (a local Ray instance, or --address)"),
     address: Optional[str] = typer.Option(None, help="Ray cluster to connect to, e.g. auto (implies --executor ray)"),
-    workers: int = typer.Option(1, help="worker processes (local), or CPUs of the local Ray instance"),
+    workers: int = typer.Option(1, min=1, help="worker processes (local), or CPUs of the local Ray instance"),
     from_step: Optional[str] = typer.Option(None, "--from", help="redo this step and the ones after it"),
     dry_run: bool = typer.Option(False, "--dry-run"),
     json_out: bool = typer.Option(False, "--json"),

@@ -201,6 +201,11 @@ KIND_OCCURRENCES = 16  # positions="kind": occurrences of one primitive told apa
 KIND_CHUNK = 16384  # kind_positions' records per chunk: a [chunk, L, D] float32 slice is 134 MB at L=64, D=32
 
 
+# the least value each of these hyper-parameters takes (any model that has it)
+HPARAM_MINIMUMS = {"epochs": 1, "n_estimators": 1, "finetune_epochs": 0, "finetune_rounds": 0,
+                   "lambdarank_weight": 0, "diverse_top_k": 0, "patience": 0}
+
+
 class ModelLoadError(RuntimeError):
     """A model directory cannot be loaded (missing files, unsafe or corrupt weights)."""
 
@@ -570,6 +575,10 @@ class Ranker:
         unknown = set(hparams) - set(self._defaults)
         if unknown:
             raise TypeError(f"{type(self).__name__}: unknown hyper-parameters {sorted(unknown)}")
+        for name, lo in HPARAM_MINIMUMS.items():  # a model of 0 epochs trained nothing and was saved as if it had
+            v = hparams.get(name)
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and not v >= lo:
+                raise ValueError(f"{type(self).__name__}: {name} must be at least {lo}, not {v}")
         self.hparams = {**self._defaults, **hparams}
         self.seed = int(seed)
         self.progress = progress
