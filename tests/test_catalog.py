@@ -38,7 +38,8 @@ from tenset_curate.schema import (
     WORKLOAD_SCHEMA,
 )
 
-REAL_ROOT = Path("/work/shared/realdata/ansor/roller-k80")
+REAL_ROOT = Path(os.environ.get("TENSET_CURATE_REALDATA",
+                                Path(__file__).resolve().parents[2] / "shared" / "realdata")) / "ansor" / "roller-k80"
 HARDWARE = "roller-k80"
 # (file, number of leading lines): picked so that failed measurements (error_no 4 and 6) are included.
 REAL_FILES = [

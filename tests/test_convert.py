@@ -86,7 +86,6 @@ def test_ansor_records_take_30x_less_space_than_their_json(real_ds):
 def test_spot_check_rows_against_raw_json(real_ds):
     out, _ = real_ds
     recs = pl.read_parquet(str(out / "records/*/*.parquet")).filter(pl.col("format") == "ansor")
-    rng = random.Random(0)
     sample = recs.sample(200, seed=1).to_dicts()
     by_file: dict = {}
     for r in sample:
@@ -108,7 +107,6 @@ def test_spot_check_rows_against_raw_json(real_ds):
                 assert typed["ints"] == [a for a in st[1:] if type(a) is int]
                 assert typed["lists"] == [a for a in st[1:] if type(a) is list]
                 assert typed["strs"] == [a for a in st[1:] if type(a) is str]
-    assert rng  # sampled deterministically
 
 
 def test_failed_measurements_never_get_a_finite_cost(real_ds):
@@ -164,9 +162,11 @@ def test_network_info_table(real_ds):
 def test_metaschedule_keeps_ir_module(real_ds):
     out, _ = real_ds
     wl = pl.read_parquet(str(out / "workloads/*.parquet"))
-    assert wl.height == 20 + 23 or wl.height >= 20
-    mod = orjson.loads(wl["ir_module_json"][0])
-    assert mod["nodes"][1]["type_key"] == "IRModule"
+    files = sorted((REAL / "metaschedule").glob("*/database_workload.json*"))
+    lines = sum(1 for f in files for x in gzip.open(f).read().split(b"\n") if x.strip())
+    assert len(files) >= 2 and wl.height == lines  # one row per workload line of every database
+    for text in wl["ir_module_json"]:
+        assert orjson.loads(text)["nodes"][1]["type_key"] == "IRModule"
     names = set(wl["workload_name"])
     assert any("conv2d" in n for n in names)
 

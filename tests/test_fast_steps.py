@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,8 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import assume, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-REAL = Path("/work/shared/realdata/ansor")
+REAL = Path(os.environ.get("TENSET_CURATE_REALDATA",
+                           Path(__file__).resolve().parents[2] / "shared" / "realdata")) / "ansor"
 I64_MIN, I64_MAX = -(1 << 63), (1 << 63) - 1
 
 

@@ -1253,6 +1253,11 @@ def test_bug_b4_hardware_name_collision(tmp_path):
     (d / "c.json").write_bytes(assemble(lines))
     s = convert([d / "c.json"], tmp_path / "out")
     assert s["errors"] == {} and s["totals"]["rows"] == 3, s["errors"]
+    # the two names stay two hardware, though their partition folders would collide
+    from tenset_curate.prune import load_records
+
+    assert sorted(load_records(tmp_path / "out", ["hardware"])["hardware"].to_list()) == ["a/b", "a/b", "a_b"]
+    assert s["rows_per_hardware"] == {"a/b": 2, "a_b": 1}
 
 
 @pytest.mark.parametrize("case", ["target-num_cores-1e20", "workload-key-2000-deep"])

@@ -4,12 +4,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import random
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -90,25 +87,6 @@ def test_runs_end_to_end_then_skips(project):
     assert [r["status"] for r in s3["steps"]] == ["skipped", "skipped", "ran", "ran", "ran", "ran"]
 
 
-def test_kill_and_resume_is_byte_identical(project, tmp_path):
-    run(project / "p.toml", cwd=project)  # the uninterrupted reference, in the same place (paths are recorded)
-    want = outputs(project)
-    shutil.rmtree(project / "runs")
-    shutil.rmtree(project / "reports")
-    rng = random.Random(5)
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    cmd = [sys.executable, "-m", "tenset_curate.cli", "run", "p.toml"]
-    for _ in range(3):
-        p = subprocess.Popen(cmd, cwd=project, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(1.0, 8.0))
-        p.send_signal(signal.SIGKILL)
-        p.wait()
-        for f in (project / "runs").rglob("*.parquet") if (project / "runs").exists() else []:
-            assert ".tmp-" not in f.name
-    subprocess.run(cmd, cwd=project, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    assert outputs(project) == want
-
-
 def test_path_traversal_refused(project):
     bad = project / "bad.toml"
     bad.write_text(PIPE.replace('workdir = "runs/t"', 'workdir = "../escape"'))
@@ -143,14 +121,8 @@ def test_unknown_tables_and_keys_are_refused_before_anything_runs(project):
     assert [r["status"] for r in s["steps"]] == ["would run"] * 6  # the keys steps read still pass
 
 
-def _ray_installed() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("ray") is not None
-
-
-@pytest.mark.skipif(_ray_installed(), reason="ray is installed (tests/test_ray.py runs it for real)")
-def test_ray_executor_says_how_to_install(project):
+def test_ray_executor_says_how_to_install(project, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # hidden, installed or not (tests/test_ray.py runs it for real)
     with pytest.raises(PipelineError, match=r"pip install 'tenset-curate\[ray\]'"):
         run(project / "p.toml", cwd=project, executor="ray")
 

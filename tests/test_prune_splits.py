@@ -209,6 +209,13 @@ def test_operator_and_hardware_splits(tmp_path):
 
     out = run_sql(ds, "SELECT part, count(*) AS n FROM split_no_dw GROUP BY part ORDER BY part", fmt="json")
     assert '"test"' in out
+    # hardware-wise: the two logs' folders name two hardware; one trains, the other is tested, every record once
+    info = write_split(ds, "hw", "hardware", train_hw=["depthwise"], test_hw=["pooling"])
+    sp = read_split(ds, "hw").join(load_records(ds, ["record_id", "hardware"]), on="record_id")
+    assert set(sp.filter(pl.col("part") == "test")["hardware"]) == {"pooling"}
+    assert set(sp.filter(pl.col("part") != "test")["hardware"]) == {"depthwise"}
+    assert sum(info["counts"].values()) == sp.height == load_records(ds, ["record_id"]).height
+    assert info["counts"]["test"] == sp.filter(pl.col("hardware") == "pooling").height > 0
 
 
 def test_split_names_that_match_nothing_and_options_of_another_scheme_are_refused(netdata, tmp_path):
