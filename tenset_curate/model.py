@@ -1413,6 +1413,8 @@ class GBDTRanker(Ranker):
         t0 = time.perf_counter()
         self.input_dims = None
         self.history, self.best_epoch, self.fine_tuned = [], None, None
+        if not _task_groups(_as(train, "task_ids", np.int64, 1), 2):  # as the torch models refuse it
+            raise ValueError("training data has no task with >= 2 records")
         self.booster = self._boost(train, valid, int(self.hparams["n_estimators"]), None)
         best = self.booster.best_iteration
         self.best_epoch = int(best) if best and best > 0 else self.booster.current_iteration()
