@@ -207,6 +207,12 @@ def splits_make(
         _print_json(s)
     else:
         typer.echo(f"split {s['name']} ({scheme}): " + ", ".join(f"{k} {v}" for k, v in s["counts"].items()))
+    for part in ("train", "test"):
+        if not s["counts"].get(part):
+            typer.echo(f"warning: split {s['name']} has no {part} records"
+                       + (" (every task is too small to hold some out)" if scheme == "within-task" else "")
+                       + f": curate {'train' if part == 'train' else 'evaluate'} will have nothing to "
+                       + ("learn from" if part == "train" else "score"), err=True)
 
 
 @splits_app.command("analyze")

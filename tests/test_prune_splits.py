@@ -218,6 +218,23 @@ def test_operator_and_hardware_splits(tmp_path):
     assert info["counts"]["test"] == sp.filter(pl.col("hardware") == "pooling").height > 0
 
 
+def test_a_split_without_a_test_part_is_made_with_a_warning(tmp_path):
+    """The TVM CI logs hold one or two records per task: a within-task split of them has no test part. It was made
+    without a word, and only curate evaluate said so."""
+    from typer.testing import CliRunner
+
+    from tenset_curate.cli import app
+
+    ds = tmp_path / "ci"
+    convert([REAL / "ansor" / "tvm-ci-logs"], ds)
+    r = CliRunner().invoke(app, ["splits", "make", str(ds), "--scheme", "within-task", "--name", "w", "--json"])
+    assert r.exit_code == 0, r.output
+    assert "warning: split w has no test records (every task is too small to hold some out)" in r.output
+    assert read_split(ds, "w").filter(pl.col("part") == "test").height == 0
+    r = CliRunner().invoke(app, ["splits", "make", str(ds), "--scheme", "task", "--name", "t"])
+    assert r.exit_code == 0 and "warning" not in r.output, r.output  # whole tasks held out: both parts exist
+
+
 def test_split_names_that_match_nothing_and_options_of_another_scheme_are_refused(netdata, tmp_path):
     """A held-out network, hardware or operator class the data does not have, or an option the scheme does not
     use, is an error naming it and what the data has; before, a misspelt network gave a split with no test part
