@@ -154,11 +154,12 @@ def prune(
     if evaluate:
         from .evaluate_prune import evaluate_pruning, paired_sentence, record_evaluation
 
-        s["evaluation"] = evaluate_pruning(dataset, ratio, method, seed, min_keep, evaluate_seeds, evaluate_model)
         try:
+            s["evaluation"] = evaluate_pruning(dataset, ratio, method, seed, min_keep, evaluate_seeds,
+                                               evaluate_model)
             record_evaluation(out, s["evaluation"])
-        except OutputError as e:
-            _fail(str(e))
+        except (ValueError, OutputError, MemoryError) as e:
+            _fail(f"pruned into {out}, but {e}" if isinstance(e, ValueError) else str(e))
     if json_out:
         _print_json(s)
     else:

@@ -103,6 +103,10 @@ def evaluate_methods(dataset: Path, ratios: list[float], methods: list[str], see
     rows = []
     for seed in seeds:
         train, test = prepare(dataset, seed)
+        pairs = train.filter(pl.col("is_valid")).group_by("hardware", "task_id").len().filter(pl.col("len") >= 2)
+        if test.filter(pl.col("is_valid")).is_empty() or pairs.is_empty():
+            raise ValueError(f"cannot evaluate pruning on {dataset}: no task has valid records enough to train on "
+                             "and to test on (each task's test records are held out of its own records)")
         valid = ops = None
         if model != "proxy":
             from .features import operator_classes

@@ -218,7 +218,7 @@ def test_operator_and_hardware_splits(tmp_path):
     assert info["counts"]["test"] == sp.filter(pl.col("hardware") == "pooling").height > 0
 
 
-def test_a_split_without_a_test_part_is_made_with_a_warning(tmp_path):
+def test_logs_of_one_record_per_task_split_with_a_warning_and_do_not_evaluate(tmp_path):
     """The TVM CI logs hold one or two records per task: a within-task split of them has no test part. It was made
     without a word, and only curate evaluate said so."""
     from typer.testing import CliRunner
@@ -233,6 +233,11 @@ def test_a_split_without_a_test_part_is_made_with_a_warning(tmp_path):
     assert read_split(ds, "w").filter(pl.col("part") == "test").height == 0
     r = CliRunner().invoke(app, ["splits", "make", str(ds), "--scheme", "task", "--name", "t"])
     assert r.exit_code == 0 and "warning" not in r.output, r.output  # whole tasks held out: both parts exist
+    # pruning them works; evaluating the pruning has nothing to test on, and says so (it printed PCA nan, and
+    # once GBDT refused pairless training data, a traceback)
+    r = CliRunner().invoke(app, ["prune", str(ds), "--ratio", "0.45", "--out", str(tmp_path / "p"), "--evaluate"])
+    assert r.exit_code == 2 and "cannot evaluate pruning on" in r.output, r.output
+    assert isinstance(r.exception, SystemExit) and (tmp_path / "p" / "prune.json").is_file()
 
 
 def test_split_names_that_match_nothing_and_options_of_another_scheme_are_refused(netdata, tmp_path):
