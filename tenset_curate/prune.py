@@ -552,7 +552,8 @@ def prepare_unit(df: pl.DataFrame, method: str, seed: int = 0, feats: dict | Non
         unit["merge_keys"] = keys
         info["duplicates"] = int((~is_rep).sum())
     if method in ("hybrid", "density"):
-        info["failed_dropped_first"] = int((unit["pool"] & ~valid).sum())
+        # failed records of the pool: these methods keep them last, only where a task has too few valid ones
+        info["failed_in_pool"] = int((unit["pool"] & ~valid).sum())
     if flat is not None:
         unit["flat"] = flat
     if method == "importance" or (method == "hybrid" and HYBRID_IMPORTANCE_SHARE > 0):
