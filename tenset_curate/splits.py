@@ -267,7 +267,8 @@ def hardware_transfer_section(recs: pl.DataFrame, info: dict, out_dir: Path, nam
         pl.corr(pl.col("ca").rank(), pl.col("cb").rank()).alias("spearman")).filter(pl.col("n") >= 5).sort(
         "workload_key")
     lines = ["## Ranking transfer between hardware (same programs on both machines)", "",
-             f"- tasks on both: {a['workload_key'].n_unique()} / {b['workload_key'].n_unique()}; "
+             f"- tasks: {a['workload_key'].n_unique()} on the training hardware, {b['workload_key'].n_unique()} on "
+             f"the test hardware, {a.join(b, on='workload_key', how='semi')['workload_key'].n_unique()} on both; "
              f"programs measured on both: {j.height}; tasks with >= 5 shared programs: {per.height}"]
     if per.height:
         s = per["spearman"].drop_nans().drop_nulls()

@@ -383,6 +383,12 @@ def test_analyze_a_hardware_split_on_real_logs(k80_mi50_dataset, tmp_path):
     assert shared > 100 and rows
     rho = [float(ln.rsplit("|", 2)[1]) for ln in rows]
     assert all(-1 <= r <= 1 for r in rho) and np.median(rho) > 0.5  # the same programs rank alike on both GPUs
+    # the task counts: each side's and the overlap (the line said "tasks on both: A / B", the two sides' counts)
+    recs = load_records(k80_mi50_dataset, ["hardware", "workload_key", "is_valid"]).filter(pl.col("is_valid"))
+    keys = {h: set(recs.filter(pl.col("hardware") == h)["workload_key"]) for h in ("roller-k80", "roller-mi50")}
+    want = (f"- tasks: {len(keys['roller-k80'])} on the training hardware, {len(keys['roller-mi50'])} on the test "
+            f"hardware, {len(keys['roller-k80'] & keys['roller-mi50'])} on both;")
+    assert want in sec and 0 < len(keys["roller-k80"] & keys["roller-mi50"]) < len(keys["roller-mi50"])
 
 
 def test_hybrid_keeps_each_tasks_fastest_programs(pooling, monkeypatch):
