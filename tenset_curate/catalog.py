@@ -364,7 +364,8 @@ def build_catalog(dataset_dir: str | os.PathLike) -> Path:
 def _catalog_path(root: Path) -> Path:
     path = root / CATALOG_NAME
     if not path.is_file():
-        raise FileNotFoundError(f"{path} not found; run build_catalog({str(root)!r}) first")
+        raise FileNotFoundError(f"{path} not found: {root} is not a dataset (curate convert or curate prune write "
+                                f"one; from Python, build_catalog({str(root)!r}) rebuilds a dataset's catalog)")
     return path
 
 

@@ -70,7 +70,8 @@ def convert(
                    + f"  [{'balanced' if t['balanced'] else 'UNBALANCED'}]; failed measurements {t['failed']}")
         for hw, n in s["rows_per_hardware"].items():
             typer.echo(f"  {hw}: {n} rows")
-        typer.echo("hardware named by: " + ", ".join(f"{k} ({v})" for k, v in s["hardware_rules"].items()))
+        if s["hardware_rules"]:
+            typer.echo("hardware named by: " + ", ".join(f"{k} ({v})" for k, v in s["hardware_rules"].items()))
         for label, err in s["errors"].items():
             typer.echo(f"error: {label}: {err}", err=True)
     if s["inputs_failed"] or not s["totals"]["balanced"]:

@@ -282,7 +282,7 @@ def safe_join(root: Path, rel: str) -> Path:
     """Join a path from a pipeline file or manifest under ``root``; refuse ``..`` escapes and absolute paths."""
     p = Path(rel)
     if p.is_absolute():
-        raise OutputError(f"refusing absolute path {rel!r}: paths must stay inside {root}")
+        raise OutputError(f"refusing absolute path {rel!r}: give paths relative to {root} (they must stay inside it)")
     full = (Path(root) / p).resolve()
     if not full.is_relative_to(Path(root).resolve()):
         raise OutputError(f"refusing path {rel!r}: it escapes {root}")
