@@ -63,7 +63,9 @@ def convert(
         if s["nothing_to_do"]:
             typer.echo(f"nothing to do: {s['inputs_unchanged']} input(s) unchanged since the last run")
         typer.echo(f"{s['dataset']}: {s['inputs']} inputs ({s['inputs_converted']} converted, "
-                   f"{s['inputs_unchanged']} unchanged, {s['inputs_failed']} failed) in {s['seconds']} s")
+                   f"{s['inputs_unchanged']} unchanged, {s['inputs_failed']} failed"
+                   + (f", {s['inputs_not_seen']} from earlier runs not among these inputs: their rows stay"
+                      if s.get("inputs_not_seen") else "") + f") in {s['seconds']} s")
         typer.echo(f"lines {t['lines']} = rows {t['rows']} + quarantined {t['quarantined']} + comments "
                    f"{t['comments']}" + (f" + workload rows {t['workload_rows']}" if t.get("workload_rows") else "")
                    + (f" + workloads.json entries {t['network_entries']}" if t.get("network_entries") else "")

@@ -523,6 +523,8 @@ def convert(inputs: list, out: Path, hardware: str | None = None, workers: int =
     summary.update({
         "dataset": str(out),
         "inputs_seen": len(units),
+        # in the dataset from earlier runs and not among this run's inputs (not named, or gone): their rows stay
+        "inputs_not_seen": len(set(manifest["inputs"]) - {u.label for u in units}),
         "inputs_converted": done,
         "inputs_unchanged": skipped,
         "inputs_failed": len(errors),

@@ -221,6 +221,25 @@ def _referenced_and_present(out: Path) -> tuple[set, set]:
     return ref, present
 
 
+def test_an_input_gone_since_the_last_run_is_counted(tmp_path):
+    """Rows of inputs converted before and not among this run's inputs stay (by design); the summary counted them
+    in its inputs without saying where they came from ('3 inputs (0 converted, 2 unchanged, 0 failed)')."""
+    from typer.testing import CliRunner
+
+    from tenset_curate.cli import app
+
+    logs = tmp_path / "logs"
+    files = _copy_tree(REAL / "ansor" / "roller-k80" / "pooling", logs, 3)
+    first = convert([logs], tmp_path / "ds")
+    assert first["inputs_not_seen"] == 0
+    files[0].unlink()
+    r = CliRunner().invoke(app, ["convert", str(logs), "--out", str(tmp_path / "ds")])
+    assert r.exit_code == 0, r.output
+    assert "3 inputs (0 converted, 2 unchanged, 0 failed, 1 from earlier runs not among these inputs" in r.output
+    again = convert([logs], tmp_path / "ds")
+    assert again["inputs_not_seen"] == 1 and again["totals"] == first["totals"]
+
+
 def test_groups_pack_logs_and_a_changed_log_leaves_its_group(tmp_path):
     """Logs are packed into groups (one shard per group and hardware, one row group each); a changed log leaves
     its group: the other members' rows stay as they were, the old shards go, and the content equals a clean run."""
