@@ -654,13 +654,13 @@ def _gunzip(fh) -> Iterator[bytes]:
     another, zero padding between them skipped, each member's CRC and length checked: what ``gzip`` reads). A
     stream cut short raises ``EOFError`` only after every byte decompressed before the cut was yielded, where
     ``gzip.open(...).read(n)`` drops the whole read that hit the end. Pieces are at most ``CHUNK_BYTES``."""
-    d, fresh, buf = zlib.decompressobj(31), True, b""
+    d, fresh, buf, full = zlib.decompressobj(31), True, b"", False
     while True:
         raw = fh.read(1 << 20)
-        if not raw:
+        if not raw and not full:
             break
         buf = buf + raw if buf else raw
-        while buf:
+        while buf or full:  # full: the last piece filled its limit, so zlib may hold more output
             if fresh:  # a member starts here: zero padding may come first, then the magic bytes
                 buf = buf.lstrip(b"\0")
                 if len(buf) < 2:
@@ -669,10 +669,11 @@ def _gunzip(fh) -> Iterator[bytes]:
                     raise gzip.BadGzipFile(f"Not a gzipped file ({buf[:2]!r})")
                 fresh = False
             out = d.decompress(buf, CHUNK_BYTES)
+            full = len(out) == CHUNK_BYTES
             if out:
                 yield out
             if d.eof:
-                buf, d, fresh = d.unused_data, zlib.decompressobj(31), True
+                buf, d, fresh, full = d.unused_data, zlib.decompressobj(31), True, False
             else:
                 buf = d.unconsumed_tail
     if not fresh or buf:
