@@ -24,6 +24,7 @@ record (within-task, hardware splits) is never in both train and test.
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import numpy as np
@@ -179,6 +180,12 @@ def write_split(dataset: Path, name: str, scheme: str, **kw) -> dict:
     return info
 
 
+def split_info(dataset: Path, name: str) -> dict:
+    """What ``write_split`` recorded of a split (scheme, seed, options, counts); {} when it left no record."""
+    p = Path(dataset) / "splits" / f"{name}.json"
+    return json.loads(p.read_bytes()) if p.exists() else {}
+
+
 def read_split(dataset: Path, name: str) -> pl.DataFrame:
     p = Path(dataset) / "splits" / f"{name}.parquet"
     if not p.exists():
@@ -202,8 +209,7 @@ def analyze(dataset: Path, name: str, out_dir: Path) -> Path:
     dataset, out_dir = Path(dataset), Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     split = read_split(dataset, name)
-    info_p = dataset / "splits" / f"{name}.json"
-    info = __import__("orjson").loads(info_p.read_bytes()) if info_p.exists() else {}
+    info = split_info(dataset, name)
     recs = with_labels(load_records(dataset)).join(split.select("record_id", "part"), on="record_id", how="inner")
     recs = recs.with_columns(pl.col("steps").hash(seed=7).alias("prog"))
     lines = [f"# Split `{name}` ({info.get('scheme', '?')})", "", "```", str({k: v for k, v in info.items()

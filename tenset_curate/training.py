@@ -237,7 +237,8 @@ def balanced_rows(rows: np.ndarray, hardware: np.ndarray) -> np.ndarray:
     return np.concatenate([rows, *extra]) if extra else rows
 
 
-def fine_tune_hardware(df: pl.DataFrame, fine_tune: str | list[str] | None = "auto") -> list[str]:
+def fine_tune_hardware(df: pl.DataFrame, fine_tune: str | list[str] | None = "auto",
+                       info: dict | None = None) -> list[str]:
     """The hardware whose training records a model is fine-tuned on after training on the whole train part.
 
     ``"auto"``: the hardware of the split's test part, when each of them has training records, fewer than it has
@@ -246,12 +247,16 @@ def fine_tune_hardware(df: pl.DataFrame, fine_tune: str | list[str] | None = "au
     network-wise splits (the test hardware are all the training hardware, or none of them) give ``[]``, and so does
     a within-task split of several hardware where one has no test records (its tasks too small to test): there
     every tested hardware trains on most of its records, and fine-tuning on them would only retrain on part of
-    the data. ``None`` / ``"none"``: no fine-tuning. A list (or a comma-separated string) names the hardware; each
-    must have training records."""
+    the data. With the split's recorded ``info`` (``splits.split_info``), only a hardware split with a few-shot
+    share is one (the record counts above can mislead when the training side is capped per task). ``None`` /
+    ``"none"``: no fine-tuning. A list (or a comma-separated string) names the hardware; each must have training
+    records."""
     if fine_tune is None or fine_tune == "none":
         return []
     train_hw = set(df.filter(pl.col("part") == "train")["hardware"].unique().to_list())
     if fine_tune == "auto":
+        if info and not (info.get("scheme") == "hardware" and info.get("few_shot")):
+            return []
         count = {p: dict(df.filter(pl.col("part") == p)["hardware"].value_counts().iter_rows())
                  for p in ("train", "test")}
         test_hw = set(count["test"])
@@ -421,7 +426,9 @@ def training_frame(dataset: Path, split: str, kind: str, max_per_task: int | Non
     if keep_ids is not None:
         index = index.filter((pl.col("part") == "test") | pl.col("record_id").is_in(keep_ids.implode()))
     hp = split_hparams(index, kind, hp)
-    hp["fine_tune"] = fine_tune_hardware(index, hp.get("fine_tune", "auto"))
+    from .splits import split_info
+
+    hp["fine_tune"] = fine_tune_hardware(index, hp.get("fine_tune", "auto"), split_info(dataset, split))
     share = seen_task_share(index)
     index = tasks_with(index, ["train", "valid"])
     if memory_check:

@@ -15,7 +15,7 @@ pytest.importorskip("lightgbm")
 
 from tenset_curate.metrics import evaluate_predictions  # noqa: E402
 from tenset_curate.model import load_model  # noqa: E402
-from tenset_curate.splits import write_split  # noqa: E402
+from tenset_curate.splits import split_info, write_split  # noqa: E402
 from tenset_curate.training import _part, arrays, fine_tune_hardware, fit_on_frame, labelled_split  # noqa: E402
 
 SMALL = {"attention": dict(epochs=3, num_threads=1, finetune_epochs=3),
@@ -44,6 +44,11 @@ def test_auto_fine_tunes_only_on_a_few_shot_splits_target_hardware(ds, few_shot)
     one_tested = within.filter((pl.col("part") != "test") | (pl.col("hardware") == "roller-k80"))
     assert set(one_tested.filter(pl.col("part") == "train")["hardware"]) == {"roller-k80", "roller-mi50"}
     assert fine_tune_hardware(one_tested) == []
+    # the split's record decides where there is one: only a hardware split with a few-shot share fine-tunes, even
+    # where a per-task cap leaves a within-task split fewer training than test records
+    assert fine_tune_hardware(few_shot, info=split_info(ds, "fs")) == ["roller-mi50"]
+    assert fine_tune_hardware(few_shot, info={"scheme": "within-task"}) == []
+    assert fine_tune_hardware(few_shot, info=split_info(ds, "ft_zs")) == []
     assert fine_tune_hardware(few_shot, "none") == [] and fine_tune_hardware(few_shot, None) == []
     assert fine_tune_hardware(few_shot, "roller-k80,roller-mi50") == ["roller-k80", "roller-mi50"]
     assert fine_tune_hardware(few_shot, "roller-k80, roller-mi50 ") == ["roller-k80", "roller-mi50"]  # as typed
