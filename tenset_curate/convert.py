@@ -100,7 +100,7 @@ def _is_dataset(d: Path) -> bool:
 def discover(inputs: list[Path]) -> list[Unit]:
     """Find every input unit under the given files and folders, in a deterministic order. Datasets inside the
     folders (``_is_dataset``) are not looked into."""
-    units: dict[str, Unit] = {}
+    units = _Units()
     for inp in inputs:
         inp = Path(inp)
         if not inp.exists():
@@ -112,7 +112,7 @@ def discover(inputs: list[Path]) -> list[Unit]:
             if fmt == "metaschedule":
                 _add_ms_dir(units, inp.parent, inp.parent.name, inp.parent)
             else:
-                units.setdefault(inp.name, Unit(fmt, inp.name, [inp], None))
+                _add_unit(units, Unit(fmt, inp.name, [inp], None))
             continue
         root = Path(os.path.abspath(inp)).name  # the name as given: a linked folder keeps the link's name
         # links to folders are followed (a TenSet layout may link measure_records/<hardware> to logs elsewhere);
@@ -137,11 +137,37 @@ def discover(inputs: list[Path]) -> list[Unit]:
                 fmt = detect_format(p)
                 if fmt == "netinfo" or _is_log(p):
                     label = f"{prefix}/{n}"
-                    units.setdefault(label, Unit(fmt, label, [p], inp))
+                    _add_unit(units, Unit(fmt, label, [p], inp))
     return [units[k] for k in sorted(units)]
 
 
-def _add_ms_dir(units: dict, d: Path, label: str, root: Path | None) -> None:
+class _Units(dict):
+    """label -> Unit, and the files of every unit added (``_add_unit``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.files: set[tuple] = set()
+
+
+def _add_unit(units: _Units, unit: Unit) -> None:
+    """Add an input under its label. The same files reached twice (a folder twice, a folder and a file in it) count
+    once, under the label they were first reached by. Two different inputs of one label are refused: the second
+    was dropped without a word (roller-k80/reduction and roller-mi50/reduction both give 'reduction/...')."""
+    files = tuple(os.path.abspath(p) for p in unit.paths)  # as reached, links not followed: a layout of links
+    if files in units.files:  # already an input, under this label or another (a folder given with a file in it)
+        return
+    old = units.get(unit.label)
+    if old is None:
+        units[unit.label] = unit
+        units.files.add(files)
+    else:
+        raise InputError(f"two inputs are both called {unit.label}: {old.paths[-1]} and {unit.paths[-1]}. An input is "
+                         "named by the folder given on the command line (its records' source_file, and their "
+                         "hardware where neither -model= nor measure_records/ names it): give the folders above "
+                         "them, or convert each into a dataset of its own")
+
+
+def _add_ms_dir(units: _Units, d: Path, label: str, root: Path | None) -> None:
     def pick(stem):
         for cand in (d / f"{stem}.json", d / f"{stem}.json.gz"):
             if cand.exists():
@@ -159,7 +185,7 @@ def _add_ms_dir(units: dict, d: Path, label: str, root: Path | None) -> None:
     side = d / COLLECTOR_WORKLOADS_FILE  # `curate collect`'s: which network each workload comes from
     if side.is_file():
         paths.append(side)
-    units.setdefault(label, Unit("metaschedule", label, paths, root if root is not None and root.is_dir() else None))
+    _add_unit(units, Unit("metaschedule", label, paths, root if root is not None and root.is_dir() else None))
 
 
 def _safe_part(name: str) -> str:

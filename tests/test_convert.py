@@ -478,6 +478,22 @@ def test_a_dataset_inside_the_input_folder_is_not_read_as_logs(tmp_path, monkeyp
     assert not (tmp_path / "ds3").exists()
 
 
+def test_two_inputs_of_one_name_are_refused_and_one_input_given_twice_counts_once(tmp_path):
+    """roller-k80/reduction and roller-mi50/reduction both give 'reduction/<file>': the second folder's records
+    were dropped without a word (and the two GPUs would have shared one hardware name)."""
+    from tenset_curate.readers import InputError
+
+    k80, mi50 = REAL / "ansor" / "roller-k80" / "reduction", REAL / "ansor" / "roller-mi50" / "reduction"
+    with pytest.raises(InputError, match="two inputs are both called reduction/"):
+        convert([k80, mi50], tmp_path / "ds")
+    assert not (tmp_path / "ds").exists()
+    one = sorted(k80.glob("*.gz"))[0]
+    s = convert([k80, k80, one], tmp_path / "ok")  # the same files reached again (a file in a folder given): once
+    assert s["inputs_converted"] == len(list(k80.glob("*.gz")))
+    assert s["totals"]["rows"] == sum(1 for f in k80.glob("*.gz") for x in gzip.open(f).read().split(b"\n")
+                                      if x.strip())
+
+
 def test_converting_again_under_another_hardware_name_renames_the_records(tmp_path):
     """``--hardware`` on inputs converted before: the records take the new name (they were skipped as unchanged and
     kept the old one), nothing is kept twice, no empty partition is left, and the same command again does nothing."""
