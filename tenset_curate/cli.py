@@ -126,8 +126,8 @@ def prune(
     seed: int = typer.Option(0),
     min_keep: int = typer.Option(8, help="records every task keeps at least"),
     evaluate: bool = typer.Option(False, help="also train a proxy ranker on full vs pruned vs random data"),
-    evaluate_seeds: int = typer.Option(1, min=1, help="--evaluate over this many seeds (seed, seed+1, ...; each its "
-                                       "own test split): means and the paired differences with their sd"),
+    evaluate_seeds: int = typer.Option(1, help="--evaluate over this many seeds (seed, seed+1, ...; each its own "
+                                       "test split): means and the paired differences with their sd"),
     evaluate_model: str = typer.Option("proxy", help="--evaluate with: proxy (a fixed LightGBM ranker) or a model "
                                        "the product trains, trained as curate train trains it: attention | gbdt | mlp "
                                        "(attention: minutes per seed for 100k records on 2 cores)"),

@@ -29,3 +29,16 @@ def test_bars_pair_by_seed_and_apply_the_thresholds():
                                   [0.699, 0.708, 0.732]))
     assert not h45["met"] and not h70["met"]
     assert any("not met" in line for line in bars_markdown(_rows([0.7] * 3, [0.69] * 3, [0.7] * 3, [0.7] * 3)))
+
+
+def test_one_seed_leaves_the_margin_over_random_undecided():
+    """With one seed the paired sd was 0 and any margin over random, however small, counted as infinitely many sds
+    (bar met). Now the sd and the margin are None and the 0.7 bar is undecided, unless the loss against full data
+    already fails it."""
+    rows = [r for r in _rows([0.70] * 3, [0.699] * 3, [0.695] * 3, [0.6949] * 3) if r["seed"] == 0]
+    h45, h70 = against_bars(rows)
+    assert h45["met"] and h70["pca_vs_random"] == pytest.approx(0.0001)
+    assert h70["pca_paired_sd"] is None and h70["pca_margin_sd"] is None and h70["met"] is None
+    assert any("undecided (one seed)" in line and "one seed: no sd" in line for line in bars_markdown(rows))
+    lost = [r for r in _rows([0.70] * 3, [0.699] * 3, [0.68] * 3, [0.6] * 3) if r["seed"] == 0]
+    assert against_bars(lost)[1]["met"] is False  # 2 PCA points lost: fails whatever the margin
