@@ -45,8 +45,10 @@ def main():
     a = ap.parse_args()
     if a.rerender:
         return rerender(Path(a.out))
+    if (a.speed_only or a.merge) and Path(a.out).exists():
+        same_logs(Path(a.out), a.logs)
     ds = Path(a.work) / "dataset"
-    convert(a.logs, ds, workers=2)
+    convert(a.logs, ds, workers=2, only=True)  # a --work of other logs is refused, not mixed in
     df = with_labels(load_records(ds))
     t0 = time.perf_counter()
     f = featurize(df)
@@ -87,6 +89,18 @@ def main():
     lines = head + results_markdown(rows, png.name)
     Path(a.out).write_text("\n".join(lines) + "\n")
     print("\n".join(lines[:60]))
+
+
+def same_logs(report: Path, logs: list[str]) -> None:
+    """Refuse to --merge into or --speed-only rewrite a report made from other logs: its rows would sit under this
+    run's "Logs:" line (and a merged row would be scored against this set's full-data row)."""
+    line = next((x for x in report.read_text().splitlines() if x.startswith("Logs: ")), None)
+    if line is None:
+        return
+    was = line[len("Logs: "):].split("; ")[0].split(", ")
+    if [str(Path(x).resolve()) for x in was] != [str(Path(x).resolve()) for x in logs]:
+        raise SystemExit(f"{report} was made from {', '.join(was)}, not {', '.join(logs)}: --merge and --speed-only "
+                         "would put two sets in one report; give another --out")
 
 
 def task_size_speed(df: pl.DataFrame, f: dict, methods: list[str], sizes: list[int]) -> dict:

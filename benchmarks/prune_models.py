@@ -8,7 +8,8 @@ evaluation, the same pruned training records (``prune.select`` on the training p
 way ``curate train`` trains it and stops early on a tenth of the kept records (``--valid-from pool``: on a tenth of
 each task's training records set aside before pruning, the same for every run). Prints one JSON line per run, then
 one per (model, method, ratio) with the mean against full data and, with ``random`` among the methods, the margin
-over random paired by seed, in points (margins in paired sds). Results: reports/prune_models.md.
+over random paired by seed, in points (margins in paired sds). The results, written up from those lines by hand:
+reports/prune_models.md.
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def main(argv=None) -> None:
     ap.add_argument("--valid-from", choices=["kept", "pool"], default="kept")
     a = ap.parse_args(argv)
     ds = Path(a.work) / "dataset"
-    convert(a.logs, ds, workers=2)
+    convert(a.logs, ds, workers=2, only=True)  # a --work of other logs is refused, not mixed in
     for model in a.models:
         rows = evaluate_methods(ds, a.ratios, a.methods, a.seeds, a.min_keep, model, a.epochs, a.valid_from)
         for r in rows:

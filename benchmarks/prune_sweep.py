@@ -37,7 +37,7 @@ def main(argv=None) -> None:
             raise SystemExit(f"--set {name}: tenset_curate.prune has no such constant")
         consts[name] = type(getattr(prune, name))(json.loads(value))
     ds = Path(a.work) / "dataset"
-    convert(a.logs, ds, workers=2)
+    convert(a.logs, ds, workers=2, only=True)  # a --work of other logs is refused, not mixed in
     saved = {k: getattr(prune, k) for k in consts}
     try:
         for k, v in consts.items():

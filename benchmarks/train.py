@@ -89,9 +89,11 @@ def main():
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--models", nargs="+", default=["attention", "attention-kind", "attention-v1", "mlp", "gbdt"])
+    ap.add_argument("--out", default=None, help="report path without suffix (.md and .json are written); default "
+                                                "reports/train, reports/train_DEVICE off the CPU")
     a = ap.parse_args()
     ds = Path(a.work) / "ds"
-    convert(a.logs, ds, workers=2)
+    convert(a.logs, ds, workers=2, only=True)  # a --work of other logs is refused, not mixed in
     write_split(ds, "wt", "within-task")
     df = labelled_split(ds, "wt")
     df = df.filter(pl.col("part") == "train").head(a.records)
@@ -124,11 +126,12 @@ def main():
                                                   / by["attention-v1"]["inference_records_per_s"], 1)})
     res["attention_speedup_vs_v1"] = speedups
     suffix = "" if a.device == "cpu" else f"_{a.device}"
-    out = Path("reports") / f"train{suffix}"
-    out.parent.mkdir(exist_ok=True)
+    out = Path(a.out) if a.out else Path("reports") / f"train{suffix}"
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(res, indent=1) + "\n")
     lines = ["# Training benchmark", "", f"Command: `{res['command']}`", "",
-             f"{n} roller-k80 training records (within-task split, train part), {a.epochs} epochs, device "
+             f"{n} training records of {', '.join(a.logs)} (the first of a within-task split's train part), "
+             f"{a.epochs} epochs, device "
              f"{a.device}, {os.cpu_count()} cores (shared with other jobs: compare ratios within this run, not "
              f"absolute numbers across runs; load average at start {res['loadavg_at_start']}; with the other core "
              "busy, 2-thread runs stall on thread hand-offs; inference is the fastest of "

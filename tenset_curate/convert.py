@@ -432,7 +432,7 @@ def load_manifest(out: Path) -> dict:
 
 def convert(inputs: list, out: Path, hardware: str | None = None, workers: int = 1, progress: bool = False,
             log=None, wait: bool = False, executor: str = "local", address: str | None = None,
-            group_bytes: int = GROUP_BYTES) -> dict:
+            group_bytes: int = GROUP_BYTES, only: bool = False) -> dict:
     """Convert logs into the dataset at ``out``. Returns a summary dict (what ``--json`` prints).
 
     Unchanged inputs (same size, mtime and sha256 as in the manifest, converted under the same ``hardware``) are
@@ -441,7 +441,9 @@ def convert(inputs: list, out: Path, hardware: str | None = None, workers: int =
     comments is checked for every file.
     ``executor`` (``local`` | ``ray``, see executors.py) and ``workers`` decide where the per-input work runs;
     the output is the same either way. ``group_bytes``: uncompressed JSON per group of Ansor logs (one shard per
-    group and hardware; see the module docstring).
+    group and hardware; see the module docstring). ``only``: refuse, before converting anything, a dataset that
+    holds inputs of earlier runs not among these (by default their rows stay): for a caller whose dataset must be
+    exactly these logs (the benchmarks' cached work folders, which mixed two sets when reused).
     """
     out = Path(out)
     log = log or (lambda msg: None)
@@ -456,6 +458,10 @@ def convert(inputs: list, out: Path, hardware: str | None = None, workers: int =
         manifest = load_manifest(out)
         if manifest.get("converter") != CONVERTER_VERSION:
             manifest = {"schema_version": SCHEMA_VERSION, "converter": CONVERTER_VERSION, "inputs": {}}
+        others = sorted(set(manifest["inputs"]) - {u.label for u in units})
+        if only and others:
+            raise InputError(f"{out} holds {len(others)} input(s) of earlier runs that are not among these (the "
+                             f"first: {others[0]}): convert into another folder, or remove it first")
         todo = []
         skipped = 0
         changed = []  # (unit, fingerprint, manifest entry): new, or size / mtime not as recorded
@@ -550,7 +556,7 @@ def convert(inputs: list, out: Path, hardware: str | None = None, workers: int =
         "dataset": str(out),
         "inputs_seen": len(units),
         # in the dataset from earlier runs and not among this run's inputs (not named, or gone): their rows stay
-        "inputs_not_seen": len(set(manifest["inputs"]) - {u.label for u in units}),
+        "inputs_not_seen": len(others),
         "inputs_converted": done,
         "inputs_unchanged": skipped,
         "inputs_failed": len(errors),

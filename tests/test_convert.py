@@ -238,6 +238,12 @@ def test_an_input_gone_since_the_last_run_is_counted(tmp_path):
     assert "3 inputs (0 converted, 2 unchanged, 0 failed, 1 from earlier runs not among these inputs" in r.output
     again = convert([logs], tmp_path / "ds")
     assert again["inputs_not_seen"] == 1 and again["totals"] == first["totals"]
+    # a caller whose dataset must be exactly its inputs (the benchmarks' work folders) is refused instead
+    from tenset_curate.readers import InputError
+
+    with pytest.raises(InputError, match="holds 1 input"):
+        convert([logs], tmp_path / "ds", only=True)
+    assert convert([logs], tmp_path / "fresh", only=True)["inputs_not_seen"] == 0
 
 
 def test_groups_pack_logs_and_a_changed_log_leaves_its_group(tmp_path):
