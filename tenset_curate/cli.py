@@ -74,6 +74,10 @@ def convert(
             typer.echo(f"  {hw}: {n} rows")
         if s["hardware_rules"]:
             typer.echo("hardware named by: " + ", ".join(f"{k} ({v})" for k, v in s["hardware_rules"].items()))
+        for hw, kinds in s.get("hardware_of_several_targets", {}).items():
+            typer.echo(f"warning: hardware {hw} holds records of {len(kinds)} target kinds ({', '.join(kinds)}): one "
+                       "name for several machines. Name them apart: --hardware per folder, -model= in the target, or "
+                       "a measure_records/<hardware>/ layout", err=True)
         for label, err in s["errors"].items():
             typer.echo(f"error: {label}: {err}", err=True)
     if s["inputs_failed"] or not s["totals"]["balanced"]:

@@ -354,6 +354,7 @@ def _read_unit_into(unit: Unit, gkey: str, out: Path, hardware: str | None, writ
         else:
             batches = read_ansor(unit.paths[0], unit.label, hw, sink)
         task_targets: set = set()  # (workload_key, target, target_kind) of the records: the collector's network rows
+        kinds: dict[str, set] = {}  # hardware name -> the target kinds of its records (llvm, cuda, ...)
         for b in batches:
             if len(unit.paths) > 2:
                 task_targets.update(zip(*(b.column(c).to_pylist() for c in ("workload_key", "target", "target_kind"))))
@@ -361,6 +362,7 @@ def _read_unit_into(unit: Unit, gkey: str, out: Path, hardware: str | None, writ
             names = hw_col.unique().to_pylist()
             for name in names:
                 part = b if len(names) == 1 else b.filter(pa_equal(hw_col, name))
+                kinds.setdefault(name, set()).update(k for k in part.column("target_kind").unique().to_pylist() if k)
                 # keyed by folder: two names that map to one folder share its shard (the column keeps the name)
                 rel = f"records/hardware={_safe_part(name)}/part-{gkey}.parquet"
                 w = writers.get(rel)
@@ -368,7 +370,7 @@ def _read_unit_into(unit: Unit, gkey: str, out: Path, hardware: str | None, writ
                     w = writers[rel] = AtomicParquetWriter(out / rel, RECORD_SCHEMA)
                 w.write(part)
         sink.stats.check()
-        extra = {}
+        extra = {"target_kinds": {h: sorted(k) for h, k in sorted(kinds.items())}}
         if unit.kind == "metaschedule":
             ws: FileStats = sink.workload_stats
             ws.check()
@@ -537,8 +539,8 @@ def convert(inputs: list, out: Path, hardware: str | None = None, workers: int =
                             manifest["inputs"][label] = {"files": fp, "key": res["keys"][label], "group": res["gkey"],
                                                          "format": r["kind"], "hardware_override": hardware,
                                                          **r["stats"], "outputs": res["outputs"],
-                                                         **{k: r[k] for k in ("workload_file", "network_file")
-                                                            if k in r}}
+                                                         **{k: r[k] for k in ("workload_file", "network_file",
+                                                                              "target_kinds") if k in r}}
                             done += 1
                         bar.update(1)
                     if time.monotonic() - last_save > 2.0:
@@ -677,10 +679,12 @@ def _build_catalog(out: Path) -> bool:
 
 
 def summarize(manifest: dict) -> dict:
-    """Totals over the manifest: lines, rows, quarantined, comments, failed, per hardware and rule."""
+    """Totals over the manifest: lines, rows, quarantined, comments, failed, per hardware and rule; the hardware
+    names that cover records of several target kinds."""
     tot = {"lines": 0, "rows": 0, "quarantined": 0, "comments": 0, "failed": 0}
     per_hw: dict[str, int] = {}
     rules: dict[str, int] = {}
+    kinds: dict[str, set] = {}  # hardware -> target kinds (inputs converted before the field existed have none)
     side_rows = 0  # workload entries of collectors' workloads.json files that became network rows
     for e in manifest["inputs"].values():
         for k in tot:
@@ -701,10 +705,16 @@ def summarize(manifest: dict) -> dict:
             per_hw[h] = per_hw.get(h, 0) + n
         for r, n in e.get("hardware_rules", {}).items():
             rules[r] = rules.get(r, 0) + n
+        for h, ks in e.get("target_kinds", {}).items():
+            kinds.setdefault(h, set()).update(ks)
         tot["network_rows"] = tot.get("network_rows", 0) + e.get("network_rows", 0)
     if side_rows:
         tot["network_entries"] = side_rows
     tot["balanced"] = (tot["rows"] + tot["quarantined"] + tot["comments"] + tot.get("workload_rows", 0) + side_rows
                        == tot["lines"])
+    # one name over records of several target kinds (a folder of CPU and GPU logs named by the folder): one
+    # "hardware" that is several machines, which hardware-wise splits and per-hardware labels then treat as one
+    mixed = {h: sorted(ks) for h, ks in sorted(kinds.items()) if len(ks) > 1}
     return {"totals": tot, "rows_per_hardware": dict(sorted(per_hw.items())),
-            "hardware_rules": dict(sorted(rules.items())), "inputs": len(manifest["inputs"])}
+            "hardware_rules": dict(sorted(rules.items())), "inputs": len(manifest["inputs"]),
+            "hardware_of_several_targets": mixed}

@@ -500,6 +500,24 @@ def test_two_inputs_of_one_name_are_refused_and_one_input_given_twice_counts_onc
                                       if x.strip())
 
 
+def test_one_hardware_name_over_several_target_kinds_is_reported(tmp_path):
+    """ansor/bennu holds CPU (llvm) and GPU (cuda) logs; named by the folder, they became one hardware 'bennu' without
+    a word. The summary names such hardware, and the CLI warns."""
+    from typer.testing import CliRunner
+
+    from tenset_curate.cli import app
+    from tenset_curate.prune import load_records
+
+    s = convert([REAL / "ansor" / "bennu"], tmp_path / "ds")
+    kinds = load_records(tmp_path / "ds", ["hardware", "target_kind"]).group_by("hardware").agg(
+        pl.col("target_kind").unique().sort())
+    assert s["hardware_of_several_targets"] == {r[0]: r[1] for r in kinds.iter_rows()} == {"bennu": ["cuda", "llvm"]}
+    r = CliRunner().invoke(app, ["convert", str(REAL / "ansor" / "bennu"), "--out", str(tmp_path / "ds")])
+    assert r.exit_code == 0 and "warning: hardware bennu holds records of 2 target kinds (cuda, llvm)" in r.output
+    one = convert([REAL / "ansor" / "roller-k80" / "pooling"], tmp_path / "k80")
+    assert one["hardware_of_several_targets"] == {}
+
+
 def test_converting_again_under_another_hardware_name_renames_the_records(tmp_path):
     """``--hardware`` on inputs converted before: the records take the new name (they were skipped as unchanged and
     kept the old one), nothing is kept twice, no empty partition is left, and the same command again does nothing."""
