@@ -151,8 +151,9 @@ class _Units(dict):
 
 def _add_unit(units: _Units, unit: Unit) -> None:
     """Add an input under its label. The same files reached twice (a folder twice, a folder and a file in it) count
-    once, under the label they were first reached by. Two different inputs of one label are refused: the second
-    was dropped without a word (roller-k80/reduction and roller-mi50/reduction both give 'reduction/...')."""
+    once, under the label they were first reached by, and so does a byte-identical copy under the same label. Two
+    different inputs of one label are refused: the second was dropped without a word (roller-k80/reduction and
+    roller-mi50/reduction both give 'reduction/...')."""
     files = tuple(os.path.abspath(p) for p in unit.paths)  # as reached, links not followed: a layout of links
     if files in units.files:  # already an input, under this label or another (a folder given with a file in it)
         return
@@ -160,6 +161,8 @@ def _add_unit(units: _Units, unit: Unit) -> None:
     if old is None:
         units[unit.label] = unit
         units.files.add(files)
+    elif [file_sha256(p) for p in old.paths] == [file_sha256(p) for p in unit.paths]:
+        return  # a copy of the same bytes: the same records, once
     else:
         raise InputError(f"two inputs are both called {unit.label}: {old.paths[-1]} and {unit.paths[-1]}. An input is "
                          "named by the folder given on the command line (its records' source_file, and their "

@@ -494,7 +494,9 @@ def test_two_inputs_of_one_name_are_refused_and_one_input_given_twice_counts_onc
         convert([k80, mi50], tmp_path / "ds")
     assert not (tmp_path / "ds").exists()
     one = sorted(k80.glob("*.gz"))[0]
-    s = convert([k80, k80, one], tmp_path / "ok")  # the same files reached again (a file in a folder given): once
+    copy = tmp_path / "copy" / "reduction"  # a byte-identical copy under the same label: the same records, once
+    shutil.copytree(k80, copy)
+    s = convert([k80, k80, one, copy], tmp_path / "ok")  # the same files reached again (a file in a folder given)
     assert s["inputs_converted"] == len(list(k80.glob("*.gz")))
     assert s["totals"]["rows"] == sum(1 for f in k80.glob("*.gz") for x in gzip.open(f).read().split(b"\n")
                                       if x.strip())
