@@ -74,10 +74,7 @@ def convert(
             typer.echo(f"  {hw}: {n} rows")
         if s["hardware_rules"]:
             typer.echo("hardware named by: " + ", ".join(f"{k} ({v})" for k, v in s["hardware_rules"].items()))
-        for hw, kinds in s.get("hardware_of_several_targets", {}).items():
-            typer.echo(f"warning: hardware {hw} holds records of {len(kinds)} target kinds ({', '.join(kinds)}): one "
-                       "name for several machines. Name them apart: --hardware per folder, -model= in the target, or "
-                       "a measure_records/<hardware>/ layout", err=True)
+        _warn_several_targets(s.get("hardware_of_several_targets", {}))
         for label, err in s["errors"].items():
             typer.echo(f"error: {label}: {err}", err=True)
     if s["inputs_failed"] or not s["totals"]["balanced"]:
@@ -119,6 +116,16 @@ def info(dataset: Path = typer.Argument(...), json_out: bool = typer.Option(Fals
     typer.echo(f"{'hardware':<24}{'operator':<14}{'records':>9}{'tasks':>7}{'failed':>9}")
     for r in s["by_hardware_operator"]:
         typer.echo(f"{r['hardware']:<24}{r['op_class']:<14}{r['records']:>9}{r['tasks']:>7}{r['failure_rate']:>9.2%}")
+    _warn_several_targets(s["target_kinds"])
+
+
+def _warn_several_targets(kinds: dict) -> None:
+    """A warning per hardware name whose records have several target kinds (``kinds``: name -> kinds)."""
+    for hw, ks in kinds.items():
+        if len(ks) > 1:
+            typer.echo(f"warning: hardware {hw} holds records of {len(ks)} target kinds ({', '.join(ks)}): one "
+                       "name for several machines. Name them apart: --hardware per folder, -model= in the target, or "
+                       "a measure_records/<hardware>/ layout", err=True)
 
 
 @app.command()

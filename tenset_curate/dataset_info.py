@@ -14,7 +14,8 @@ def dataset_info(dataset: Path) -> dict:
     if not files:
         raise FileNotFoundError(f"{dataset}: no record shards (run curate convert first)")
     lf = pl.scan_parquet(files)
-    recs = lf.select("hardware", "task_id", "workload_name", "workload_key", "source_file", "is_valid").collect()
+    recs = lf.select("hardware", "task_id", "workload_name", "workload_key", "source_file", "is_valid",
+                     "target_kind").collect()
     ops = operator_classes(recs)
     j = recs.join(ops, on="task_id", how="left")
     by = (j.group_by("hardware", "op_class").agg(pl.len().alias("records"), pl.col("task_id").n_unique().alias("tasks"),
@@ -24,4 +25,7 @@ def dataset_info(dataset: Path) -> dict:
     nq = pl.scan_parquet(q).select(pl.len()).collect().item() if q else 0
     return {"dataset": str(dataset), "records": recs.height, "tasks": recs.select("hardware", "task_id").n_unique(),
             "quarantined": nq, "by_hardware_operator": by.to_dicts(),
-            "op_rules": dict(ops.group_by("op_rule").len().sort("op_rule").iter_rows())}
+            "op_rules": dict(ops.group_by("op_rule").len().sort("op_rule").iter_rows()),
+            # per hardware, the target kinds of its records: more than one is one name for several machines
+            "target_kinds": {h: k for h, k in recs.group_by("hardware").agg(
+                pl.col("target_kind").drop_nulls().unique().sort()).sort("hardware").iter_rows()}}

@@ -516,6 +516,8 @@ def test_one_hardware_name_over_several_target_kinds_is_reported(tmp_path):
     assert s["hardware_of_several_targets"] == {r[0]: r[1] for r in kinds.iter_rows()} == {"bennu": ["cuda", "llvm"]}
     r = CliRunner().invoke(app, ["convert", str(REAL / "ansor" / "bennu"), "--out", str(tmp_path / "ds")])
     assert r.exit_code == 0 and "warning: hardware bennu holds records of 2 target kinds (cuda, llvm)" in r.output
+    r = CliRunner().invoke(app, ["info", str(tmp_path / "ds")])  # from the records: datasets of before too
+    assert r.exit_code == 0 and "warning: hardware bennu holds records of 2 target kinds (cuda, llvm)" in r.output
     one = convert([REAL / "ansor" / "roller-k80" / "pooling"], tmp_path / "k80")
     assert one["hardware_of_several_targets"] == {}
 
