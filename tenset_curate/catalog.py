@@ -4,7 +4,8 @@ Layout of a dataset (the contract every step writes to)::
 
     DATASET/
       manifest.json
-      records/hardware=<name>/part-<hash>.parquet   RECORD_SCHEMA, hive-partitioned by hardware
+      records/hardware=<name>/part-<hash>.parquet   RECORD_SCHEMA, one folder per hardware (the name made safe
+                                                    for a path; the view reads the shards' own hardware column)
       quarantine/part-<hash>.parquet                QUARANTINE_SCHEMA (may be absent)
       workloads/part-<hash>.parquet                 WORKLOAD_SCHEMA (may be absent)
       networks/part-<hash>.parquet (or networks.parquet)   netinfo.NETWORKS_SCHEMA rows (may be absent)
@@ -258,8 +259,9 @@ def _view_definitions(root: Path, built_at: str | None = None) -> list[_View]:
             _has_parquet(root / "records", "*/*.parquet"),
             RECORD_SCHEMA,
             union=False,
-            hive_partitioning="true",
-            hive_types="{'hardware': VARCHAR}",
+            # the file's own hardware column: the folder name is that name made safe for a path ('gpu/a' and
+            # 'gpu=a' both live in hardware=gpu_a), and reading it as the column merged such names
+            hive_partitioning="false",
         ),
         _parquet_view(
             "quarantine", "quarantine/*.parquet", root, _has_parquet(root / "quarantine", "*.parquet"), QUARANTINE_SCHEMA,

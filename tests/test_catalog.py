@@ -219,19 +219,25 @@ def test_records_columns_are_the_record_schema(real_dataset):
     assert sorted(cols) == sorted(RECORD_SCHEMA.names)
 
 
-def test_hive_partition_column(real_dataset, dataset_copy):
+def test_hardware_column_comes_from_the_shards_not_their_folder(real_dataset, dataset_copy):
+    """The records view reads each shard's own hardware column. Its folder name is that name made safe for a path
+    (convert's _safe_part), so 'gpu/a' and 'gpu=a' share the folder hardware=gpu_a; the view read the folder as
+    the column (hive partitioning) and showed both as 'gpu_a', merged. A name that looks like a number stays text."""
     root, table = real_dataset
     rows = q1(root, "SELECT hardware, typeof(hardware) AS t, count(*) AS n FROM records GROUP BY ALL")
     assert rows == [{"hardware": HARDWARE, "t": "VARCHAR", "n": table.num_rows}]
-    # a partition directory supplies the column even when a shard lacks it (and is never cast to a number)
     root2, _ = dataset_copy
-    other = root2 / "records" / "hardware=2080"
-    other.mkdir()
-    pq.write_table(table.slice(0, 7).drop_columns(["hardware"]), other / "part-slim.parquet")
+    folder = root2 / "records" / "hardware=gpu_a"
+    folder.mkdir()
+    for i, name in enumerate(["gpu/a", "gpu=a", "2080"]):
+        part = table.slice(7 * i, 7)
+        part = part.set_column(part.schema.get_field_index("hardware"), "hardware", pa.array([name] * 7, pa.string()))
+        pq.write_table(part, folder / f"part-{i}.parquet")
     build_catalog(root2)
-    rows = q1(root2, "SELECT hardware, count(*) AS n FROM records GROUP BY ALL ORDER BY hardware")
-    assert rows == [{"hardware": "2080", "n": 7}, {"hardware": HARDWARE, "n": table.num_rows}]
-    [r] = q1(root2, "SELECT count(*) AS n FROM records WHERE hardware = '2080'")
+    rows = q1(root2, "SELECT hardware, typeof(hardware) AS t, count(*) AS n FROM records GROUP BY ALL ORDER BY 1")
+    assert rows == [{"hardware": h, "t": "VARCHAR", "n": n}
+                    for h, n in sorted([("2080", 7), ("gpu/a", 7), ("gpu=a", 7), (HARDWARE, table.num_rows)])]
+    [r] = q1(root2, "SELECT count(*) AS n FROM records WHERE hardware = 'gpu/a'")
     assert r["n"] == 7
 
 
