@@ -7,7 +7,9 @@ The README's "Data model" section mirrors this module; keep both in step.
 Columns
 -------
 record_id        16 hex digits: blake2b-64 of the raw line bytes (MetaSchedule: of workload hash + raw record line);
-                 stable across runs (64 bits: a collision among TenSet's 52M records has odds of about 1 in 10^4)
+                 stable across runs (64 bits: a collision among TenSet's 52M records has odds of about 1 in 10^4).
+                 A line logged twice, byte for byte, gives two records of one id (bennu's MetaSchedule database has
+                 12 such pairs); a split holds one row per id, so both records take its part
 source_file      path of the input file as given to ``convert`` (relative to the input root when one was given)
 line             1-based line number inside the (decompressed) source file
 format           ``ansor`` or ``metaschedule``

@@ -240,6 +240,24 @@ def test_logs_of_one_record_per_task_split_with_a_warning_and_do_not_evaluate(tm
     assert isinstance(r.exception, SystemExit) and (tmp_path / "p" / "prune.json").is_file()
 
 
+def test_identical_lines_join_their_split_once(tmp_path):
+    """bennu's MetaSchedule database repeats some records line for line; their record_ids (hashes of the line) are
+    equal, and the split held one row per record, so every join of the split to the records on record_id counted
+    them twice over (README query 4: 24 rows too many)."""
+    from tenset_curate.catalog import run_sql
+
+    ds = tmp_path / "ds"
+    convert([REAL / "metaschedule" / "bennu-a100-resnet34"], ds)
+    recs = load_records(ds, ["record_id"])
+    assert recs.height > recs["record_id"].n_unique()  # the real log has repeated lines
+    info = write_split(ds, "w", "within-task", seed=0)
+    assert sum(info["counts"].values()) == recs.height  # counts are records
+    [row] = run_sql(ds, "SELECT count(*) AS n FROM split_w s JOIN records r USING (record_id)", "arrow").to_pylist()
+    assert row["n"] == recs.height
+    sp = read_split(ds, "w")
+    assert sp.height == sp["record_id"].n_unique()
+
+
 def test_split_names_that_match_nothing_and_options_of_another_scheme_are_refused(netdata, tmp_path):
     """A held-out network, hardware or operator class the data does not have, or an option the scheme does not
     use, is an error naming it and what the data has; before, a misspelt network gave a split with no test part
