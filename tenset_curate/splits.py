@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -161,12 +162,27 @@ def load_dataset_tables(dataset: Path) -> tuple[pl.DataFrame, pl.DataFrame | Non
     return recs, nets
 
 
+def check_split_name(dataset: Path, name: str) -> None:
+    """A split's name names a file under splits/ and the SQL view ``split_<name>`` (lower-cased, other characters
+    as _): refuse a name that leaves the folder ('../x' wrote outside the dataset) or whose view another split
+    already has ('x-y' beside 'x_y' repointed split_x_y to the new split without a word)."""
+    from .catalog import sanitize_name
+
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.@-]*", name):
+        raise ValueError(f"split name {name!r}: use letters, digits and _ . @ - (it names a file and a SQL view)")
+    for p in sorted((Path(dataset) / "splits").glob("*.parquet")):
+        if p.stem != name and sanitize_name(p.stem) == sanitize_name(name):
+            raise ValueError(f"split name {name!r}: the split {p.stem!r} already has its SQL view "
+                             f"split_{sanitize_name(name)}; choose another name")
+
+
 def write_split(dataset: Path, name: str, scheme: str, **kw) -> dict:
     """Make a split of ``dataset`` and store it as ``splits/<name>.parquet`` (+ catalog view ``split_<name>``)."""
     from .features import operator_classes
     from .storage import atomic_write_json, dataset_lock, write_parquet_atomic
 
     dataset = Path(dataset)
+    check_split_name(dataset, name)
     recs, nets = load_dataset_tables(dataset)
     ops = operator_classes(recs) if scheme == "operator" else None
     table, info = make_split(recs, scheme, networks=nets, op_classes=ops, **kw)

@@ -258,6 +258,25 @@ def test_identical_lines_join_their_split_once(tmp_path):
     assert sp.height == sp["record_id"].n_unique()
 
 
+def test_split_names_that_leave_the_folder_or_share_a_view_are_refused(tmp_path):
+    """'../evil' wrote the split outside the dataset; 'x-y' beside 'x_y' (or 'Foo' beside 'foo') took over the SQL view
+    split_x_y without a word."""
+    from tenset_curate.catalog import run_sql
+
+    ds = tmp_path / "ds"
+    convert([REAL / "ansor" / "roller-k80" / "pooling"], ds)
+    write_split(ds, "x_y", "within-task", seed=0)
+    for bad, why in (("../evil", "use letters"), ("a/b", "use letters"), ("", "use letters"),
+                     ("x-y", "already has its SQL view split_x_y"), ("X_Y", "already has its SQL view")):
+        with pytest.raises(ValueError, match=why):
+            write_split(ds, bad, "task", seed=0)
+    assert not (tmp_path / "evil.parquet").exists() and sorted(p.name for p in (ds / "splits").iterdir()) == [
+        "x_y.json", "x_y.parquet"]
+    write_split(ds, "tasks@1", "within-task", seed=1)  # the benchmarks' NAME@SEED names still work
+    [row] = run_sql(ds, "SELECT count(*) AS n FROM split_tasks_1", "arrow").to_pylist()
+    assert row["n"] > 0
+
+
 def test_split_names_that_match_nothing_and_options_of_another_scheme_are_refused(netdata, tmp_path):
     """A held-out network, hardware or operator class the data does not have, or an option the scheme does not
     use, is an error naming it and what the data has; before, a misspelt network gave a split with no test part
