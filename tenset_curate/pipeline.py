@@ -91,6 +91,49 @@ TABLE_KEYS = {
 }
 
 
+# keys that hold lists: a string given for one (--set convert.inputs=logs) is a list of that one item; it was read
+# one character at a time ("/" became the filesystem root, train.data=pruned trained models "gbdt-p", "gbdt-r", ...)
+LIST_KEYS = {"pipeline": ("steps",), "convert": ("inputs",), "train": ("data", "models"), "verify": ("models",)}
+SPLIT_LIST_KEYS = ("holdout", "train_hw", "test_hw")
+TRAIN_DATA = ("full", "pruned")
+
+
+def _as_lists(cfg: dict) -> None:
+    for table, keys in LIST_KEYS.items():
+        for k in keys:
+            if isinstance(cfg.get(table, {}).get(k), str):
+                cfg[table][k] = [cfg[table][k]]
+    for sp in cfg.get("splits", {}).get("split", []):
+        for k in SPLIT_LIST_KEYS:
+            if isinstance(sp, dict) and isinstance(sp.get(k), str):
+                sp[k] = [sp[k]]
+
+
+def _check_values(cfg: dict, path: Path) -> None:
+    """Values the steps would only trip over later: train.data other than full / pruned (any other value trained
+    on the full data under its name), pruned data without the prune step (it read another run's prune/), and a
+    model's hyperparameter table with names the model does not have (a TypeError after the steps before it ran)."""
+    from . import model as M
+
+    steps = cfg["pipeline"]["steps"]
+    t = cfg.get("train", {})
+    if "train" in steps:
+        bad = [d for d in t.get("data", ["full"]) if d not in TRAIN_DATA]
+        if bad:
+            raise PipelineError(f"{path}: [train] data {bad}: each is full or pruned")
+        if "pruned" in t.get("data", []) and "prune" not in steps:
+            raise PipelineError(f"{path}: [train] data 'pruned' needs the prune step in [pipeline] steps")
+        classes = {"attention": M.AttentionRanker, "mlp": M.MLPRanker, "gbdt": M.GBDTRanker}
+        for kind, cls in classes.items():
+            hp = t.get(kind, {})
+            if not isinstance(hp, dict):
+                raise PipelineError(f"{path}: [train.{kind}] must be a table of hyperparameters, got {hp!r}")
+            bad = sorted(set(hp) - set(cls._defaults))
+            if bad:
+                raise PipelineError(f"{path}: unknown hyperparameter(s) {bad} in [train.{kind}]; {kind} takes "
+                                    f"{sorted(cls._defaults)}")
+
+
 def check_tables(cfg: dict, path: Path) -> None:
     """Refuse tables and keys no step reads, naming them and what is allowed, before anything runs."""
     import inspect
@@ -107,6 +150,7 @@ def check_tables(cfg: dict, path: Path) -> None:
         bad = sorted(set(t) - allowed)
         if bad:
             raise PipelineError(f"{path}: unknown key(s) {bad} in [{table}]; it takes {sorted(allowed)}")
+    _check_values(cfg, path)
     split_keys = set(inspect.signature(make_split).parameters) - {"records", "scheme", "networks", "op_classes"}
     for sp in cfg.get("splits", {}).get("split", []):
         if not isinstance(sp, dict) or "name" not in sp or "scheme" not in sp:
@@ -131,6 +175,7 @@ def load_pipeline(path: Path, overrides: list[str] | None = None) -> dict:
             raise PipelineError(f"--set {o!r}: expected step.param=value")
         step, param = key.split(".", 1)
         cfg.setdefault(step, {})[param] = _coerce(val)
+    _as_lists(cfg)
     p = cfg.get("pipeline", {})
     if "workdir" not in p:
         raise PipelineError(f"{path}: [pipeline] needs workdir")
@@ -191,22 +236,23 @@ def run(pipeline: Path, overrides: list[str] | None = None, executor: str = "loc
             prev_key = key
             out = workdir / step
             redo = redo or (from_step == step)
-            done = state.get(step, {}).get("key") == key and out.exists() and not redo
+            done = (state.get(step, {}).get("key") == key and out.exists() and not redo
+                    and all(f.exists() for f in _extra_outputs(cfg, [step], base)))  # a deleted report is rewritten
             if done:
                 log(f"{step}: unchanged (key {key}), skipped")
                 results.append({"step": step, "status": "skipped", "key": key, "seconds": 0.0,
                                 "summary": state[step].get("summary", "")})
                 continue
+            redo = True  # everything after a re-run step runs again too (a dry run says so)
             if dry_run:
                 results.append({"step": step, "status": "would run", "key": key})
                 continue
-            redo = True  # everything after a re-run step runs again too
             log(f"{step}: running (key {key})")
             t0 = time.perf_counter()
             try:
                 info = STEP_FUNCS[step](params, workdir, base, workers, log,
                                         {"executor": executor, "address": address, "key": key,
-                                         "fresh": from_step == step})
+                                         "fresh": from_step == step, "steps": steps})
             except (ValueError, FileNotFoundError, KeyError, OutputError, MemoryError) as e:
                 raise PipelineError(f"step {step} failed: {e}") from e
             secs = round(time.perf_counter() - t0, 2)
@@ -343,12 +389,19 @@ def step_verify(p: dict, workdir: Path, base: Path, workers: int, log, exe: dict
 
 def step_convert(p: dict, workdir: Path, base: Path, workers: int, log, exe: dict) -> dict:
     from .convert import convert
+    from .readers import InputError
 
     p = {k: v for k, v in p.items() if k != "_inputs"}
     if not p.get("inputs"):
         raise ValueError("[convert] needs inputs")
-    s = convert(_resolve_inputs(p["inputs"], base, workdir), workdir / "convert", hardware=p.get("hardware"),
-                workers=int(p.get("workers", workers)), log=log, executor=exe["executor"], address=exe["address"])
+    ds = _fresh(workdir / "convert") if exe.get("fresh") else workdir / "convert"  # --from convert: rebuilt
+    try:  # the dataset is the declared inputs: rows of inputs dropped from the list stayed in it, and trained
+        s = convert(_resolve_inputs(p["inputs"], base, workdir), ds, hardware=p.get("hardware"),
+                    workers=int(p.get("workers", workers)), log=log, executor=exe["executor"],
+                    address=exe["address"], only=True)
+    except InputError as e:
+        raise ValueError(f"{e}. These are inputs [convert] no longer names: run with --from convert to rebuild "
+                         "the dataset from the inputs it names") if "earlier runs" in str(e) else e from None
     t = s["totals"]
     if not t["balanced"] or s["inputs_failed"]:
         raise ValueError(f"convert: unbalanced counts or failed inputs: {s['errors']}")
@@ -437,7 +490,8 @@ def step_evaluate(p: dict, workdir: Path, base: Path, workers: int, log, exe: di
 
 def step_report(p: dict, workdir: Path, base: Path, workers: int, log, exe: dict) -> dict:
     res = orjson.loads((workdir / "evaluate" / "metrics.json").read_bytes())
-    prune_info = orjson.loads((workdir / "prune" / "prune.json").read_bytes()) if (workdir / "prune").exists() else {}
+    pruned = "prune" in exe.get("steps", STEPS) and (workdir / "prune" / "prune.json").exists()  # not another run's
+    prune_info = orjson.loads((workdir / "prune" / "prune.json").read_bytes()) if pruned else {}
     lines = [f"# {p.get('title', 'Pipeline report')}", "",
              f"Reproduce: `{p.get('command', 'curate run ' + str(workdir))}`", "",
              "| model | PCA | top-1 | top-5 |", "|---|---:|---:|---:|"]

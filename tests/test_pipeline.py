@@ -1,4 +1,5 @@
-"""curate run: end to end on the embedded sample, skipping, resuming after SIGKILL, path safety."""
+"""curate run: end to end on the embedded sample, skipping, path safety, values refused before running.
+(Resuming after SIGKILL: tests/test_run_kill.py.)"""
 from __future__ import annotations
 
 import hashlib
@@ -190,3 +191,57 @@ def test_train_step_caps_programs_per_task_and_checks_memory(project, monkeypatc
     monkeypatch.setattr(T, "available_memory", lambda: 10 * T.BYTES_PER_TRAINING_RECORD)
     with pytest.raises(PipelineError, match="step train failed: .*--max-per-task"):
         run(project / "p.toml", cwd=project, overrides=["train.seed=1"])
+
+
+def test_values_the_steps_would_misread_are_refused_or_read_as_meant(project):
+    """Found running pipelines on other data (session 28): a string for a list key was read one character at a time
+    (train.data=pruned trained models 'gbdt-p', 'gbdt-r', ...; convert.inputs=data/x walked '/'); train.data
+    'prunned' trained on the full data; a typo in [train.gbdt] failed with a TypeError after three steps ran;
+    pruned data without the prune step read another run's prune/."""
+    p = project / "p.toml"
+    for sets, match in ((['train.data=["prunned"]'], r"\[train\] data \['prunned'\]: each is full or pruned"),
+                        (["train.gbdt={n_estimatorz=5}"], r"unknown hyperparameter\(s\) \['n_estimatorz'\] in "
+                                                          r"\[train.gbdt\]"),
+                        (['pipeline.steps=["convert","splits","train"]', 'train.data=["pruned"]'],
+                         "needs the prune step")):
+        with pytest.raises(PipelineError, match=match):
+            run(p, cwd=project, overrides=sets)
+        assert not (project / "runs").exists()  # refused before anything ran
+    s = run(p, cwd=project, overrides=["convert.inputs=data/sample-cpu", "train.data=pruned"])
+    assert [r["status"] for r in s["steps"]] == ["ran"] * 6
+    assert sorted(d.name for d in (project / "runs" / "t" / "train").iterdir()) == ["gbdt-pruned"]
+
+
+def test_dry_run_and_skips_see_what_a_run_would_redo(project):
+    """A dry run said 'splits would run; prune skipped' where the run redid every step after splits; a deleted
+    report ``out`` was never written again (the step was skipped as done)."""
+    p = project / "p.toml"
+    run(p, cwd=project)
+    shutil.rmtree(project / "runs" / "t" / "splits")
+    dry = run(p, cwd=project, dry_run=True)
+    assert [r["status"] for r in dry["steps"]] == ["skipped"] + ["would run"] * 5
+    again = run(p, cwd=project)
+    assert [r["status"] for r in again["steps"]] == ["skipped"] + ["ran"] * 5
+    (project / "reports" / "t.md").unlink()
+    s = run(p, cwd=project)
+    assert [r["status"] for r in s["steps"]] == ["skipped"] * 5 + ["ran"]
+    assert (project / "reports" / "t.md").is_file()
+
+
+def test_the_convert_step_owns_its_dataset(project):
+    """[convert] inputs that drop an input: its rows stayed in the dataset and were trained on. Now the step stops
+    and names the fix; --from convert rebuilds the dataset from the inputs named."""
+    pool = sorted((REPO.parent / "shared" / "realdata" / "ansor" / "roller-k80" / "pooling").glob("*.gz"))
+    if not pool:
+        pytest.skip("../shared/realdata not present")
+    shutil.copy(pool[0], project / "data" / pool[0].name)
+    p = project / "p.toml"
+    both = [f'convert.inputs=["data/sample-cpu", "data/{pool[0].name}"]', 'pipeline.steps=["convert"]']
+    first = run(p, cwd=project, overrides=both)
+    with pytest.raises(PipelineError, match="no longer names: run with --from convert"):
+        run(p, cwd=project, overrides=['pipeline.steps=["convert"]'])
+    s = run(p, cwd=project, overrides=['pipeline.steps=["convert"]'], from_step="convert")
+    assert s["steps"][0]["status"] == "ran" and first["steps"][0]["summary"] != s["steps"][0]["summary"]
+    from tenset_curate.prune import load_records
+
+    assert set(load_records(project / "runs" / "t" / "convert", ["format"])["format"]) == {"metaschedule"}
