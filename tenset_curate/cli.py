@@ -119,6 +119,11 @@ def info(dataset: Path = typer.Argument(...), json_out: bool = typer.Option(Fals
     _warn_several_targets(s["target_kinds"])
 
 
+def _message(e: Exception) -> str:
+    """An exception's text; a KeyError's without the quotes str() puts around it."""
+    return str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
+
+
 def _warn_several_targets(kinds: dict) -> None:
     """A warning per hardware name whose records have several target kinds (``kinds``: name -> kinds)."""
     for hw, ks in kinds.items():
@@ -386,15 +391,18 @@ def collect(
     target: str = typer.Option("auto"),
     seed: int = typer.Option(0),
     trials_per_iter: int = typer.Option(64, min=1),
-    population: int = typer.Option(128, help="evolutionary search population"),
+    population: int = typer.Option(128, min=1, help="evolutionary search population"),
     gzip_db: bool = typer.Option(False, "--gzip", help="gzip the database files at the end"),
     no_logs: bool = typer.Option(False, "--no-logs", help="do not keep MetaSchedule's log folder"),
 ):
     """Tune workloads on this CPU with MetaSchedule and keep every measured candidate (needs the tvm extra)."""
     from .collect import collect_command
 
-    _print_json(collect_command(workloads, trials, out, target, seed, trials_per_iter, population, gzip_db,
-                                not no_logs))
+    try:
+        s = collect_command(workloads, trials, out, target, seed, trials_per_iter, population, gzip_db, not no_logs)
+    except (KeyError, ValueError, FileNotFoundError) as e:  # an unknown workload name or set, a bad target
+        _fail(_message(e))
+    _print_json(s)
 
 
 @app.command()
@@ -406,9 +414,17 @@ def verify(
     out: Path = typer.Option(Path("reports/verify"), "--out", "-o"),
 ):
     """Tune held-out workloads with each model as MetaSchedule's cost model vs XGB and random (needs tvm)."""
+    import contextlib
+
+    from .model import ModelLoadError
     from .verifier import verify as run
 
-    _print_json(run(model, workloads, trials=trials, seeds=seeds, out=out))
+    try:
+        with contextlib.redirect_stdout(sys.stderr):  # MetaSchedule's task tables: stdout is the one JSON summary
+            s = run(model, workloads, trials=trials, seeds=seeds, out=out)
+    except (ModelLoadError, KeyError, ValueError, FileNotFoundError) as e:  # a bad --model or --workloads
+        _fail(_message(e))
+    _print_json(s)
 
 
 @app.command("run")

@@ -68,6 +68,10 @@ def make_split(records: pl.DataFrame, scheme: str, seed: int = 0, test_fraction:
     unused = [opt for opt, given, schemes in options if given and scheme not in schemes]
     if unused:  # said and not applied would be a split other than the one asked for
         raise ValueError(f"{', '.join(unused)} do(es) not apply to a {scheme} split")
+    for opt, v in (("--test-fraction", test_fraction), ("--valid-fraction", valid_fraction),
+                   ("--few-shot", few_shot)):  # 1.5 left no test part, -0.5 was stored as given
+        if not 0 <= v < 1:
+            raise ValueError(f"{opt} {v}: a share of the records, at least 0 and under 1")
     df = records.select("record_id", "hardware", "task_id", "workload_key")
     u = _u01(df["record_id"], seed, "test")
     info: dict = {"scheme": scheme, "seed": seed}

@@ -383,3 +383,22 @@ def test_metaschedule_logging_survives_an_unnamed_handler_on_its_logger(tmp_path
                                                                     "logging set up")]  # not MetaSchedule's own lines
     assert out[0].startswith("fails:") and "format" in out[0]
     assert out[1:] == ["detached: True", "given back: True", "logging set up: True"]
+
+
+@needs_tvm
+def test_bad_workloads_and_models_are_clean_errors(tmp_path):
+    """``curate collect --workloads foo`` and ``curate verify --model <no model>`` ended in tracebacks (KeyError,
+    ModelLoadError); ``--population 0`` tuned nothing and exited 0."""
+    from typer.testing import CliRunner
+
+    from tenset_curate.cli import app
+
+    r = CliRunner().invoke(app, ["collect", "--workloads", "foo", "--trials", "1", "--out", str(tmp_path / "c")])
+    assert r.exit_code == 2 and isinstance(r.exception, SystemExit), r.output
+    assert "error: 'foo' is neither a workload set" in r.output
+    r = CliRunner().invoke(app, ["collect", "--population", "0", "--out", str(tmp_path / "c")])
+    assert r.exit_code == 2 and "--population" in r.output
+    r = CliRunner().invoke(app, ["verify", "--model", str(tmp_path / "nope"), "--trials", "1", "--seeds", "1",
+                                 "--out", str(tmp_path / "v")])
+    assert r.exit_code == 2 and isinstance(r.exception, SystemExit), r.output
+    assert f"error: no config.json in {tmp_path / 'nope'}" in r.output

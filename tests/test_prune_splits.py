@@ -272,6 +272,10 @@ def test_split_names_that_leave_the_folder_or_share_a_view_are_refused(tmp_path)
             write_split(ds, bad, "task", seed=0)
     assert not (tmp_path / "evil.parquet").exists() and sorted(p.name for p in (ds / "splits").iterdir()) == [
         "x_y.json", "x_y.parquet"]
+    for opt, v in (("test_fraction", 1.0), ("valid_fraction", -0.1), ("few_shot", 1.5)):  # shares of the records
+        with pytest.raises(ValueError, match="a share of the records"):
+            write_split(ds, "f", "hardware" if opt == "few_shot" else "within-task", **{opt: v},
+                        **({"train_hw": ["pooling"], "test_hw": ["pooling"]} if opt == "few_shot" else {}))
     write_split(ds, "tasks@1", "within-task", seed=1)  # the benchmarks' NAME@SEED names still work
     [row] = run_sql(ds, "SELECT count(*) AS n FROM split_tasks_1", "arrow").to_pylist()
     assert row["n"] > 0
