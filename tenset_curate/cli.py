@@ -451,7 +451,8 @@ def run_pipeline(
     else:
         for st in s["steps"]:
             typer.echo(f"{st['step']:<10} {st['status']:<8} {st.get('seconds', 0):>8.2f} s  {st.get('summary', '')}")
-        typer.echo(f"run summary: {s.get('summary_path')}")
+        if s.get("summary_path"):  # a dry run writes none
+            typer.echo(f"run summary: {s['summary_path']}")
 
 
 if __name__ == "__main__":

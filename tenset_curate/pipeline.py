@@ -252,7 +252,7 @@ def run(pipeline: Path, overrides: list[str] | None = None, executor: str = "loc
             try:
                 info = STEP_FUNCS[step](params, workdir, base, workers, log,
                                         {"executor": executor, "address": address, "key": key,
-                                         "fresh": from_step == step, "steps": steps})
+                                         "fresh": from_step == step, "steps": steps, "pipeline": str(pipeline)})
             except (ValueError, FileNotFoundError, KeyError, OutputError, MemoryError) as e:
                 raise PipelineError(f"step {step} failed: {e}") from e
             secs = round(time.perf_counter() - t0, 2)
@@ -493,7 +493,7 @@ def step_report(p: dict, workdir: Path, base: Path, workers: int, log, exe: dict
     pruned = "prune" in exe.get("steps", STEPS) and (workdir / "prune" / "prune.json").exists()  # not another run's
     prune_info = orjson.loads((workdir / "prune" / "prune.json").read_bytes()) if pruned else {}
     lines = [f"# {p.get('title', 'Pipeline report')}", "",
-             f"Reproduce: `{p.get('command', 'curate run ' + str(workdir))}`", "",
+             f"Reproduce: `{p.get('command', 'curate run ' + exe.get('pipeline', str(workdir)))}`", "",
              "| model | PCA | top-1 | top-5 |", "|---|---:|---:|---:|"]
     for k, v in res.items():
         lines.append(f"| {k} | {v['pca']:.4f} | {v['top1']:.4f} | {v['top5']:.4f} |")
