@@ -75,6 +75,9 @@ def convert(
         if s["hardware_rules"]:
             typer.echo("hardware named by: " + ", ".join(f"{k} ({v})" for k, v in s["hardware_rules"].items()))
         _warn_several_targets(s.get("hardware_of_several_targets", {}))
+        if s.get("splits_outdated"):
+            typer.echo(f"warning: split(s) {', '.join(s['splits_outdated'])} were made before this convert: the "
+                       "records it added or changed are in no part of them; make them again", err=True)
         for label, err in s["errors"].items():
             typer.echo(f"error: {label}: {err}", err=True)
     if s["inputs_failed"] or not s["totals"]["balanced"]:
@@ -90,8 +93,14 @@ def sql(
     """Run a read-only SQL query over a dataset's catalog (records, quarantine, tasks, split_<name>, ...)."""
     from .catalog import SQLRefused, run_sql
 
+    from .storage import writer_of
+
     if fmt not in ("table", "csv", "json"):  # run_sql's "arrow" is a Python object, not text to print
         _fail(f"--format must be table, csv or json, not {fmt!r}")
+    holder = writer_of(dataset)
+    if holder:  # the views re-read the shards, which a writer replaces one group at a time
+        typer.echo(f"warning: {dataset} is being written ({holder}): the answer may count a state between two "
+                   "runs; ask again when it is done", err=True)
     try:
         typer.echo(run_sql(dataset, query, fmt=fmt), nl=False)
     except SQLRefused as e:

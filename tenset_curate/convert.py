@@ -562,6 +562,8 @@ def convert(inputs: list, out: Path, hardware: str | None = None, workers: int =
         "inputs_seen": len(units),
         # in the dataset from earlier runs and not among this run's inputs (not named, or gone): their rows stay
         "inputs_not_seen": len(others),
+        # splits made before this run: the records it added or changed are in no part of them (or a stale one)
+        "splits_outdated": sorted(p.stem for p in (out / "splits").glob("*.parquet")) if todo else [],
         "inputs_converted": done,
         "inputs_unchanged": skipped,
         "inputs_failed": len(errors),

@@ -248,7 +248,7 @@ def dataset_lock(root: Path, wait: bool = False, timeout: float | None = None, w
                 if not wait or (timeout is not None and time.monotonic() - t0 > timeout):
                     holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "unknown process"
                     raise LockedError(f"{root} is being written by another process ({holder}); "
-                                      f"wait for it or pass --wait") from None
+                                      f"wait for it to finish (curate convert --wait queues)") from None
                 time.sleep(0.2)
         info = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime(
             "%Y-%m-%dT%H:%M:%S"), "command": what or " ".join(sys.argv[:3])})
@@ -264,6 +264,23 @@ def dataset_lock(root: Path, wait: bool = False, timeout: float | None = None, w
                 os.ftruncate(fd, 0)
             except OSError:
                 pass
+        os.close(fd)
+
+
+def writer_of(root: Path) -> str | None:
+    """Who holds ``root/.lock`` for a write right now (``dataset_lock``'s record of it), or None. Readers do not
+    take the lock; ``curate sql`` asks, because a query during a write sees the shards half replaced."""
+    try:
+        fd = os.open(Path(root) / ".lock", os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    except BlockingIOError:
+        return os.pread(fd, 4096, 0).decode(errors="replace").strip() or "unknown process"
+    finally:
         os.close(fd)
 
 

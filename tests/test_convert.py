@@ -246,6 +246,35 @@ def test_an_input_gone_since_the_last_run_is_counted(tmp_path):
     assert convert([logs], tmp_path / "fresh", only=True)["inputs_not_seen"] == 0
 
 
+def test_convert_says_which_splits_it_outdated_and_sql_warns_during_a_write(tmp_path):
+    """After an incremental convert the splits made before it leave the new records in no part, and said nothing;
+    a query while a writer holds the dataset counted a state between two runs, and said nothing either."""
+    from typer.testing import CliRunner
+
+    from tenset_curate.cli import app
+    from tenset_curate.splits import write_split
+    from tenset_curate.storage import dataset_lock, writer_of
+
+    logs = tmp_path / "logs"
+    files = _copy_tree(REAL / "ansor" / "roller-k80" / "pooling", logs, 3)
+    extra = files.pop()
+    shutil.move(extra, tmp_path / extra.name)
+    ds = tmp_path / "ds"
+    assert convert([logs], ds)["splits_outdated"] == []
+    write_split(ds, "w", "within-task", seed=0)
+    shutil.move(tmp_path / extra.name, extra)
+    r = CliRunner().invoke(app, ["convert", str(logs), "--out", str(ds)])
+    assert r.exit_code == 0 and "warning: split(s) w were made before this convert" in r.output, r.output
+    assert convert([logs], ds)["splits_outdated"] == []  # nothing converted: nothing outdated by this run
+    assert writer_of(ds) is None
+    with dataset_lock(ds, what="curate convert (test)"):
+        assert "curate convert (test)" in writer_of(ds)
+        r = CliRunner().invoke(app, ["sql", "SELECT count(*) AS n FROM records", "-d", str(ds), "-f", "csv"])
+        assert r.exit_code == 0 and "warning: " in r.output and "is being written" in r.output, r.output
+    r = CliRunner().invoke(app, ["sql", "SELECT count(*) AS n FROM records", "-d", str(ds), "-f", "csv"])
+    assert r.exit_code == 0 and "warning" not in r.output
+
+
 def test_groups_pack_logs_and_a_changed_log_leaves_its_group(tmp_path):
     """Logs are packed into groups (one shard per group and hardware, one row group each); a changed log leaves
     its group: the other members' rows stay as they were, the old shards go, and the content equals a clean run."""
