@@ -230,7 +230,8 @@ def run(pipeline: Path, overrides: list[str] | None = None, executor: str = "loc
         for step in steps:
             params = copy.deepcopy(cfg.get(step, {}))
             if step == "convert":  # the inputs' state is part of the key (convert itself is incremental)
-                params["_inputs"] = _fingerprint(_resolve_inputs(params.get("inputs", []), base, workdir))
+                params["_inputs"] = _fingerprint(_resolve_inputs(params.get("inputs", []), base, workdir),
+                                                 _converted_files(workdir / "convert"))
             scv = code_version(STEP_CODE[step]) if step in STEP_CODE else cv
             key = hashlib.sha256(orjson.dumps([step, params, prev_key, scv], option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
             prev_key = key
@@ -287,13 +288,31 @@ def _extra_outputs(cfg: dict, steps: list[str], base: Path) -> list[Path]:
     return outs
 
 
-def _fingerprint(paths: list[Path]) -> str:
+def _converted_files(dataset: Path) -> dict:
+    """(size, mtime_ns, sha256) of each file the dataset's manifest records, by resolved path; {} without one."""
+    try:
+        m = orjson.loads((dataset / "manifest.json").read_bytes())
+        return {f["path"]: (f["size"], f["mtime_ns"], f["sha256"]) for e in m["inputs"].values()
+                for f in e.get("files", []) if "sha256" in f}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
+def _fingerprint(paths: list[Path], known: dict | None = None) -> str:
+    """The convert step's inputs as a hash of each file's path, size and sha256. ``known`` (resolved path -> size,
+    mtime_ns, sha256: what convert recorded) spares hashing a file whose size and mtime are as recorded; a touched or
+    copied file is hashed and, with the same bytes, keeps the key (keyed on mtime, it re-ran every step)."""
+    from .storage import file_sha256
+
+    known = known or {}
     h = hashlib.sha256()
     for root in paths:
         files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
         for f in files:
             st = f.stat()
-            h.update(f"{f}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+            was = known.get(str(f.resolve()))
+            sha = was[2] if was and was[0] == st.st_size and was[1] == st.st_mtime_ns else file_sha256(f)
+            h.update(f"{f}\0{st.st_size}\0{sha}\n".encode())
     return h.hexdigest()[:16]
 
 

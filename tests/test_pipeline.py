@@ -2,6 +2,7 @@
 (Resuming after SIGKILL: tests/test_run_kill.py.)"""
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
@@ -226,6 +227,15 @@ def test_dry_run_and_skips_see_what_a_run_would_redo(project):
     s = run(p, cwd=project)
     assert [r["status"] for r in s["steps"]] == ["skipped"] * 5 + ["ran"]
     assert (project / "reports" / "t.md").is_file()
+    # a touched input (a copy, a checkout) with the same bytes re-ran every step: the key reads its sha256 now
+    for f in (project / "data" / "sample-cpu").rglob("*"):
+        if f.is_file():
+            os.utime(f, ns=(f.stat().st_atime_ns, f.stat().st_mtime_ns + 10**9))
+    assert [r["status"] for r in run(p, cwd=project)["steps"]] == ["skipped"] * 6
+    db = next((project / "data" / "sample-cpu").glob("database_tuning_record.json*"))
+    with open(db, "ab") as fh:  # changed bytes: convert and everything after it
+        fh.write(gzip.compress(b"") if db.suffix == ".gz" else b"\n")
+    assert [r["status"] for r in run(p, cwd=project)["steps"]] == ["ran"] * 6
 
 
 def test_the_convert_step_owns_its_dataset(project):
