@@ -18,8 +18,10 @@ AMD since 2012). Across vendors: the committed report was written on an AMD EPYC
 Intel Xeon since; the MKL-free form has not yet been regenerated on AMD. The library versions are pinned for CI by
 ``tests/constraints.txt``.
 
-Splits: within-task always; operator-wise (the most common non-trivial operator class held out) when the data has two
-or more classes; hardware-wise when it has two or more hardware names; network-wise when a networks table exists.
+Splits: within-task always; operator-wise (the second most common operator class by tasks held out, so the most
+common one still trains) when the data has two or more classes of two or more tasks; hardware-wise (the first hardware
+name in sorted order trains, the second is tested) when it has two or more; network-wise when a networks table exists.
+The report says what each split held out and how many records each part has.
 """
 from __future__ import annotations
 
@@ -305,19 +307,21 @@ def pca_report(dataset: Path, out: Path, epochs: int = 24, ratio: float = 0.45, 
 
             convert([dataset], ds)
         pruned = work / "pruned"
-        prune(ds, pruned, ratio, "hybrid", seed, report=False)
+        pruning = prune(ds, pruned, ratio, "hybrid", seed, report=False)
         from .prune import load_records
 
         kept = sorted(load_records(pruned, ["record_id"])["record_id"].to_list())
-        rows, fits = [], []
+        rows, fits, made = [], [], []
         for name, scheme, kw in _splits(ds):
             try:
-                write_split(ds, name, scheme, seed=seed, **kw)
+                info = write_split(ds, name, scheme, seed=seed, **kw)
             except ValueError as e:
                 rows.append((name, "skipped", str(e), None, None, None))
                 continue
+            made.append(_split_words(name, info))
             df = labelled_split(ds, name)
             if not (df["part"] == "test").any():
+                made[-1] += " (no valid test records: not scored)"
                 continue
             d_test = part_arrays(df, "test")
             rows.append((name, "random", "", 0.5, random_topk_expectation(d_test["task_ids"], d_test["labels"], 1),
@@ -341,6 +345,8 @@ def pca_report(dataset: Path, out: Path, epochs: int = 24, ratio: float = 0.45, 
              f"pruning of the dataset at ratio {ratio} (test records are always kept for scoring), scored on the same "
              "test records with TenSet's "
              "metrics (tenset_curate/metrics.py). Seed 0, one thread, metrics rounded to 3 decimals.", "",
+             f"Pruning kept {pruning['records_after']} of {pruning['records_before']} records (removed "
+             f"{pruning['ratio_achieved']:.1%}). Splits: " + "; ".join(made) + ".", "",
              "| split | model | data | PCA | top-1 | top-5 |", "|---|---|---|---:|---:|---:|"]
     for name, kind, data, pca, t1, t5 in rows:
         if pca is None:
@@ -359,6 +365,17 @@ def pca_report(dataset: Path, out: Path, epochs: int = 24, ratio: float = 0.45, 
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out, "\n".join(lines) + "\n")
     return out
+
+
+def _split_words(name: str, info: dict) -> str:
+    """What a split held out and its parts' record counts, as the report says them."""
+    held = ""
+    if info.get("holdout"):
+        held = f", {', '.join(map(str, info['holdout']))} held out"
+    elif info.get("test_hw"):
+        held = f", {', '.join(info['train_hw'])} -> {', '.join(info['test_hw'])}"
+    counts = ", ".join(f"{k} {v}" for k, v in info.get("counts", {}).items())
+    return f"{name} ({info.get('scheme', '?')}{held}: {counts} records)"
 
 
 def _in_portable_process(dataset, out, epochs, ratio, seed, command, workers) -> Path:
