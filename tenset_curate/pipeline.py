@@ -173,8 +173,13 @@ def load_pipeline(path: Path, overrides: list[str] | None = None) -> dict:
         key, sep, val = o.partition("=")
         if not sep or "." not in key:
             raise PipelineError(f"--set {o!r}: expected step.param=value")
-        step, param = key.split(".", 1)
-        cfg.setdefault(step, {})[param] = _coerce(val)
+        step, *path, param = key.split(".")  # train.gbdt.n_estimators=5: a key of the table train.gbdt
+        table = cfg.setdefault(step, {})
+        for k in path:
+            table = table.setdefault(k, {})
+            if not isinstance(table, dict):
+                raise PipelineError(f"--set {o!r}: {k} is not a table")
+        table[param] = _coerce(val)
     _as_lists(cfg)
     p = cfg.get("pipeline", {})
     if "workdir" not in p:

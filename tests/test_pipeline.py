@@ -208,9 +208,14 @@ def test_values_the_steps_would_misread_are_refused_or_read_as_meant(project):
         with pytest.raises(PipelineError, match=match):
             run(p, cwd=project, overrides=sets)
         assert not (project / "runs").exists()  # refused before anything ran
-    s = run(p, cwd=project, overrides=["convert.inputs=data/sample-cpu", "train.data=pruned"])
+    s = run(p, cwd=project, overrides=["convert.inputs=data/sample-cpu", "train.data=pruned",
+                                       "train.gbdt.n_estimators=30"])  # one key of [train.gbdt], the rest kept
     assert [r["status"] for r in s["steps"]] == ["ran"] * 6
     assert sorted(d.name for d in (project / "runs" / "t" / "train").iterdir()) == ["gbdt-pruned"]
+    hp = json.loads((project / "runs" / "t" / "train" / "gbdt-pruned" / "config.json").read_text())["hparams"]
+    assert (hp["n_estimators"], hp["num_threads"]) == (30, 1)
+    with pytest.raises(PipelineError, match=r"\['n_estimatorz'\] in \[train.gbdt\]"):
+        run(p, cwd=project, overrides=["train.gbdt.n_estimatorz=30"])
 
 
 def test_dry_run_and_skips_see_what_a_run_would_redo(project):
