@@ -425,6 +425,10 @@ def _worker(args):
         return index, None, f"{type(e).__name__}: {e}"
 
 
+class OtherInputsError(InputError):
+    """``convert(only=True)``: the dataset holds inputs of earlier runs that are not among these."""
+
+
 def load_manifest(out: Path) -> dict:
     p = out / MANIFEST
     if not p.exists():
@@ -465,7 +469,7 @@ def convert(inputs: list, out: Path, hardware: str | None = None, workers: int =
             manifest = {"schema_version": SCHEMA_VERSION, "converter": CONVERTER_VERSION, "inputs": {}}
         others = sorted(set(manifest["inputs"]) - {u.label for u in units})
         if only and others:
-            raise InputError(f"{out} holds {len(others)} input(s) of earlier runs that are not among these (the "
+            raise OtherInputsError(f"{out} holds {len(others)} input(s) of earlier runs that are not among these (the "
                              f"first: {others[0]}): convert into another folder, or remove it first")
         todo = []
         skipped = 0

@@ -123,8 +123,7 @@ def _check_values(cfg: dict, path: Path) -> None:
             raise PipelineError(f"{path}: [train] data {bad}: each is full or pruned")
         if "pruned" in t.get("data", []) and "prune" not in steps:
             raise PipelineError(f"{path}: [train] data 'pruned' needs the prune step in [pipeline] steps")
-        classes = {"attention": M.AttentionRanker, "mlp": M.MLPRanker, "gbdt": M.GBDTRanker}
-        for kind, cls in classes.items():
+        for kind, cls in M._KINDS.items():
             hp = t.get(kind, {})
             if not isinstance(hp, dict):
                 raise PipelineError(f"{path}: [train.{kind}] must be a table of hyperparameters, got {hp!r}")
@@ -295,12 +294,14 @@ def _extra_outputs(cfg: dict, steps: list[str], base: Path) -> list[Path]:
 
 def _converted_files(dataset: Path) -> dict:
     """(size, mtime_ns, sha256) of each file the dataset's manifest records, by resolved path; {} without one."""
+    from .convert import load_manifest
+
     try:
-        m = orjson.loads((dataset / "manifest.json").read_bytes())
-        return {f["path"]: (f["size"], f["mtime_ns"], f["sha256"]) for e in m["inputs"].values()
-                for f in e.get("files", []) if "sha256" in f}
-    except (OSError, ValueError, KeyError, TypeError):
+        m = load_manifest(dataset)
+    except (OSError, ValueError, OutputError):  # unreadable or not a manifest: every file is hashed
         return {}
+    return {f["path"]: (f["size"], f["mtime_ns"], f["sha256"]) for e in m["inputs"].values()
+            for f in e.get("files", []) if "sha256" in f}
 
 
 def _fingerprint(paths: list[Path], known: dict | None = None) -> str:
@@ -412,8 +413,7 @@ def step_verify(p: dict, workdir: Path, base: Path, workers: int, log, exe: dict
 
 
 def step_convert(p: dict, workdir: Path, base: Path, workers: int, log, exe: dict) -> dict:
-    from .convert import convert
-    from .readers import InputError
+    from .convert import OtherInputsError, convert
 
     p = {k: v for k, v in p.items() if k != "_inputs"}
     if not p.get("inputs"):
@@ -423,9 +423,9 @@ def step_convert(p: dict, workdir: Path, base: Path, workers: int, log, exe: dic
         s = convert(_resolve_inputs(p["inputs"], base, workdir), ds, hardware=p.get("hardware"),
                     workers=int(p.get("workers", workers)), log=log, executor=exe["executor"],
                     address=exe["address"], only=True)
-    except InputError as e:
+    except OtherInputsError as e:
         raise ValueError(f"{e}. These are inputs [convert] no longer names: run with --from convert to rebuild "
-                         "the dataset from the inputs it names") if "earlier runs" in str(e) else e from None
+                         "the dataset from the inputs it names") from None
     t = s["totals"]
     if not t["balanced"] or s["inputs_failed"]:
         raise ValueError(f"convert: unbalanced counts or failed inputs: {s['errors']}")

@@ -246,8 +246,7 @@ def dataset_lock(root: Path, wait: bool = False, timeout: float | None = None, w
                 break
             except BlockingIOError:
                 if not wait or (timeout is not None and time.monotonic() - t0 > timeout):
-                    holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "unknown process"
-                    raise LockedError(f"{root} is being written by another process ({holder}); "
+                    raise LockedError(f"{root} is being written by another process ({_holder(fd)}); "
                                       f"wait for it to finish (curate convert --wait queues)") from None
                 time.sleep(0.2)
         info = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime(
@@ -279,9 +278,14 @@ def writer_of(root: Path) -> str | None:
         fcntl.flock(fd, fcntl.LOCK_UN)
         return None
     except BlockingIOError:
-        return os.pread(fd, 4096, 0).decode(errors="replace").strip() or "unknown process"
+        return _holder(fd)
     finally:
         os.close(fd)
+
+
+def _holder(fd: int) -> str:
+    """What ``dataset_lock`` wrote into the lock file of the process that holds it."""
+    return os.pread(fd, 4096, 0).decode(errors="replace").strip() or "unknown process"
 
 
 def file_sha256(path: Path, bufsize: int = 1 << 20) -> str:
