@@ -110,14 +110,45 @@ def _as_lists(cfg: dict) -> None:
 
 
 def _check_values(cfg: dict, path: Path) -> None:
-    """Values the steps would only trip over later: train.data other than full / pruned (any other value trained
-    on the full data under its name), pruned data without the prune step (it read another run's prune/), and a
-    model's hyperparameter table with names the model does not have (a TypeError after the steps before it ran)."""
+    """Values the steps would only trip over later, after the steps before them ran (and which a dry run passed):
+    a split's scheme, options and name; prune's method and ratio; train.data other than full / pruned (any other
+    value trained on the full data under its name), pruned data without the prune step (it read another run's
+    prune/); a model kind, device or epoch count the trainer refuses, and a model's hyperparameter table with names
+    the model does not have. Each is checked by the function the step calls, so the two cannot disagree."""
     from . import model as M
+    from .prune import check_prune_args
+    from .splits import check_split_args, check_split_name
+    from .training import check_device
 
     steps = cfg["pipeline"]["steps"]
     t = cfg.get("train", {})
+
+    def refuse(where: str, fn, *a, **kw):
+        try:
+            fn(*a, **kw)
+        except (ValueError, TypeError) as e:
+            raise PipelineError(f"{path}: {where}: {e}") from None
+
+    if "splits" in steps:
+        names = []
+        for sp in cfg.get("splits", {}).get("split", []):
+            if isinstance(sp, dict) and "name" in sp and "scheme" in sp:
+                refuse(f"[splits] split {sp['name']!r}", check_split_name, None, sp["name"], names)
+                refuse(f"[splits] split {sp['name']!r}", check_split_args,
+                       **{k: v for k, v in sp.items() if k != "name"})
+                names.append(sp["name"])
+    if "prune" in steps:
+        pr = cfg.get("prune", {})
+        refuse("[prune]", check_prune_args, pr.get("ratio", 0.45), pr.get("method", "hybrid"))
     if "train" in steps:
+        kinds = t.get("models", ["gbdt", "attention"])
+        bad = [k for k in kinds if k not in M._KINDS]
+        if bad:
+            raise PipelineError(f"{path}: [train] models {bad}: each is one of {sorted(M._KINDS)}")
+        for kind in kinds:
+            refuse("[train]", check_device, kind, str(t.get("device", "cpu")))
+        if not isinstance(t.get("epochs", 5), int) or t.get("epochs", 5) < 1:
+            raise PipelineError(f"{path}: [train] epochs {t.get('epochs')!r}: an integer, at least 1")
         bad = [d for d in t.get("data", ["full"]) if d not in TRAIN_DATA]
         if bad:
             raise PipelineError(f"{path}: [train] data {bad}: each is full or pruned")
@@ -131,6 +162,7 @@ def _check_values(cfg: dict, path: Path) -> None:
             if bad:
                 raise PipelineError(f"{path}: unknown hyperparameter(s) {bad} in [train.{kind}]; {kind} takes "
                                     f"{sorted(cls._defaults)}")
+            refuse(f"[train.{kind}]", cls, progress=False, **hp)  # values under their least (HPARAM_MINIMUMS)
 
 
 def check_tables(cfg: dict, path: Path) -> None:
@@ -149,7 +181,6 @@ def check_tables(cfg: dict, path: Path) -> None:
         bad = sorted(set(t) - allowed)
         if bad:
             raise PipelineError(f"{path}: unknown key(s) {bad} in [{table}]; it takes {sorted(allowed)}")
-    _check_values(cfg, path)
     split_keys = set(inspect.signature(make_split).parameters) - {"records", "scheme", "networks", "op_classes"}
     for sp in cfg.get("splits", {}).get("split", []):
         if not isinstance(sp, dict) or "name" not in sp or "scheme" not in sp:
@@ -158,6 +189,7 @@ def check_tables(cfg: dict, path: Path) -> None:
         if bad:
             raise PipelineError(f"{path}: unknown key(s) {bad} in split {sp['name']!r}; a split takes name, scheme "
                                 f"and {sorted(split_keys)}")
+    _check_values(cfg, path)
 
 
 def load_pipeline(path: Path, overrides: list[str] | None = None) -> dict:
@@ -172,9 +204,9 @@ def load_pipeline(path: Path, overrides: list[str] | None = None) -> dict:
         key, sep, val = o.partition("=")
         if not sep or "." not in key:
             raise PipelineError(f"--set {o!r}: expected step.param=value")
-        step, *path, param = key.split(".")  # train.gbdt.n_estimators=5: a key of the table train.gbdt
+        step, *inner, param = key.split(".")  # train.gbdt.n_estimators=5: a key of the table train.gbdt
         table = cfg.setdefault(step, {})
-        for k in path:
+        for k in inner:
             table = table.setdefault(k, {})
             if not isinstance(table, dict):
                 raise PipelineError(f"--set {o!r}: {k} is not a table")

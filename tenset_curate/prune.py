@@ -492,7 +492,8 @@ def task_rng(seed: int, hardware: str, task_id: str) -> np.random.Generator:
                                   int.from_bytes(h[4:], "little")])
 
 
-def _check_args(ratio: float, method: str) -> None:
+def check_prune_args(ratio: float, method: str) -> None:
+    """Refuse an unknown method or a ratio outside [0, 1) before anything is read."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
     if not 0.0 <= ratio < 1.0:
@@ -645,7 +646,7 @@ def select(df: pl.DataFrame, ratio: float, method: str = "hybrid", seed: int = 0
     In memory, on one frame; ``prune`` runs the same three steps (``prepare_unit``, ``global_allocation``,
     ``select_unit``) over units of a stored dataset, so both keep the same records (except ``importance``, whose
     proxy model is trained per unit)."""
-    _check_args(ratio, method)
+    check_prune_args(ratio, method)
     unit = prepare_unit(df, method, seed, feats)
     keep_total = int(round(df.height * (1 - ratio)))
     alloc = global_allocation(unit["group_keys"], pool_counts(unit), keep_total, min_keep, allocation_power(method))
@@ -826,7 +827,7 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
     from .executors import map_unordered, process_pool, resolve_executor
     from .storage import _explain, atomic_write_json, atomic_write_text, dataset_lock, remove_stale_tmp
 
-    _check_args(ratio, method)
+    check_prune_args(ratio, method)
     executor = resolve_executor(executor, address)
     t0 = time.perf_counter()
     dataset, out = Path(dataset), Path(out)

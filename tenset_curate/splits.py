@@ -56,13 +56,15 @@ def _within(df: pl.DataFrame, u: np.ndarray, test_fraction: float) -> np.ndarray
     return t["r"].to_numpy() <= n_test
 
 
-def make_split(records: pl.DataFrame, scheme: str, seed: int = 0, test_fraction: float = 0.1,
-               valid_fraction: float = 0.1, holdout: list[str] | None = None, train_hw: list[str] | None = None,
-               test_hw: list[str] | None = None, few_shot: float = 0.0, networks: pl.DataFrame | None = None,
-               op_classes: pl.DataFrame | None = None) -> tuple[pl.DataFrame, dict]:
-    """Return (assignment table, info). ``records`` needs record_id, hardware, task_id, workload_key."""
+def check_split_args(scheme: str, test_fraction: float = 0.1, valid_fraction: float = 0.1,
+                     holdout: list[str] | None = None, train_hw: list[str] | None = None,
+                     test_hw: list[str] | None = None, few_shot: float = 0.0, seed: int = 0) -> None:
+    """Refuse a split's arguments before any record is read (``make_split`` and ``curate run``'s dry run call it):
+    an unknown scheme, an option the scheme does not apply, a share outside [0, 1)."""
     if scheme not in SCHEMES:
         raise ValueError(f"unknown scheme {scheme!r}; choose from {', '.join(SCHEMES)}")
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise ValueError(f"seed {seed!r}: an integer")
     options = (("--holdout", holdout, ("network", "operator")), ("--train-hw", train_hw, ("hardware",)),
                ("--test-hw", test_hw, ("hardware",)), ("--few-shot", few_shot, ("hardware",)))
     unused = [opt for opt, given, schemes in options if given and scheme not in schemes]
@@ -72,6 +74,14 @@ def make_split(records: pl.DataFrame, scheme: str, seed: int = 0, test_fraction:
                    ("--few-shot", few_shot)):  # 1.5 left no test part, -0.5 was stored as given
         if not 0 <= v < 1:
             raise ValueError(f"{opt} {v}: a share of the records, at least 0 and under 1")
+
+
+def make_split(records: pl.DataFrame, scheme: str, seed: int = 0, test_fraction: float = 0.1,
+               valid_fraction: float = 0.1, holdout: list[str] | None = None, train_hw: list[str] | None = None,
+               test_hw: list[str] | None = None, few_shot: float = 0.0, networks: pl.DataFrame | None = None,
+               op_classes: pl.DataFrame | None = None) -> tuple[pl.DataFrame, dict]:
+    """Return (assignment table, info). ``records`` needs record_id, hardware, task_id, workload_key."""
+    check_split_args(scheme, test_fraction, valid_fraction, holdout, train_hw, test_hw, few_shot)
     df = records.select("record_id", "hardware", "task_id", "workload_key")
     u = _u01(df["record_id"], seed, "test")
     info: dict = {"scheme": scheme, "seed": seed}
@@ -166,17 +176,19 @@ def load_dataset_tables(dataset: Path) -> tuple[pl.DataFrame, pl.DataFrame | Non
     return recs, nets
 
 
-def check_split_name(dataset: Path, name: str) -> None:
+def check_split_name(dataset: Path | None, name: str, others: list[str] | None = None) -> None:
     """A split's name names a file under splits/ and the SQL view ``split_<name>`` (lower-cased, other characters
     as _): refuse a name that leaves the folder ('../x' wrote outside the dataset) or whose view another split
-    already has ('x-y' beside 'x_y' repointed split_x_y to the new split without a word)."""
+    already has ('x-y' beside 'x_y' repointed split_x_y to the new split without a word): one of ``dataset``'s
+    splits (None: no dataset yet) or of ``others``."""
     from .catalog import sanitize_name
 
-    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.@-]*", name):
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.@-]*", name):
         raise ValueError(f"split name {name!r}: use letters, digits and _ . @ - (it names a file and a SQL view)")
-    for p in sorted((Path(dataset) / "splits").glob("*.parquet")):
-        if p.stem != name and sanitize_name(p.stem) == sanitize_name(name):
-            raise ValueError(f"split name {name!r}: the split {p.stem!r} already has its SQL view "
+    have = [p.stem for p in sorted((Path(dataset) / "splits").glob("*.parquet"))] if dataset is not None else []
+    for other in have + list(others or []):
+        if other != name and sanitize_name(other) == sanitize_name(name):
+            raise ValueError(f"split name {name!r}: the split {other!r} already has its SQL view "
                              f"split_{sanitize_name(name)}; choose another name")
 
 
@@ -187,6 +199,7 @@ def write_split(dataset: Path, name: str, scheme: str, **kw) -> dict:
 
     dataset = Path(dataset)
     check_split_name(dataset, name)
+    check_split_args(scheme, **kw)
     recs, nets = load_dataset_tables(dataset)
     ops = operator_classes(recs) if scheme == "operator" else None
     table, info = make_split(recs, scheme, networks=nets, op_classes=ops, **kw)

@@ -218,6 +218,36 @@ def test_values_the_steps_would_misread_are_refused_or_read_as_meant(project):
         run(p, cwd=project, overrides=["train.gbdt.n_estimatorz=30"])
 
 
+def test_values_a_step_refuses_fail_the_dry_run_and_name_the_file(project):
+    """Found by the pipeline audit (session 28): a step table's values that the step's own function refuses
+    (scheme "hw", models ["xgb"], method "kmeans") passed --dry-run and failed when the step ran, after the steps
+    before it. Each is now checked by that function before anything runs, and the message names the pipeline file
+    (a dotted --set had overwritten the name with the key's middle part)."""
+    p = project / "p.toml"
+    cases = [(['splits.split=[{name="w", scheme="hw"}]'], r"\[splits\] split 'w': unknown scheme 'hw'"),
+             (['splits.split=[{name="w", scheme="within-task", holdout=["dense"]}]'],
+              r"--holdout do\(es\) not apply to a within-task split"),
+             (['splits.split=[{name="w", scheme="within-task", test_fraction=1.5}]'], r"--test-fraction 1.5"),
+             (['splits.split=[{name="../w", scheme="within-task"}]'], r"split name '../w'"),
+             (['splits.split=[{name="x-y", scheme="within-task"}, {name="x_y", scheme="within-task"}]'],
+              r"the split 'x-y' already has its SQL view split_x_y"),
+             (['prune.method="kmeans"'], r"\[prune\]: unknown method 'kmeans'"),
+             (["prune.ratio=1.2"], r"\[prune\]: ratio is the fraction removed"),
+             (['train.models=["xgb"]'], r"\[train\] models \['xgb'\]"),
+             (['train.device="cuda"'], r"gbdt \(LightGBM\) trains on the CPU"),
+             (["train.epochs=0"], r"\[train\] epochs 0"),
+             (["train.gbdt.n_estimators=0"], r"\[train.gbdt\]: .*n_estimators must be at least 1")]
+    for sets, match in cases:
+        for dry in (True, False):
+            with pytest.raises(PipelineError, match=match) as e:
+                run(p, cwd=project, overrides=sets, dry_run=dry)
+            assert str(e.value).startswith(str(p)), e.value
+            assert not (project / "runs").exists()  # refused before anything ran
+    s = run(p, cwd=project, dry_run=True, overrides=['splits.split=[{name="w", scheme="operator", '
+                                                     'holdout=["dense"]}]', 'prune.method="random"'])
+    assert [r["status"] for r in s["steps"]] == ["would run"] * 6  # values the steps take still pass
+
+
 def test_dry_run_and_skips_see_what_a_run_would_redo(project):
     """A dry run said 'splits would run; prune skipped' where the run redid every step after splits; a deleted
     report ``out`` was never written again (the step was skipped as done)."""
