@@ -1169,8 +1169,7 @@ def verify(
     wls = _resolve_workloads(workloads)
     if not wls:
         raise ValueError("no workloads")
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = Path(out)  # made once the models loaded and the target resolved: a refused run leaves no folder
     runs_root = Path(runs_dir) if runs_dir is not None else out / "verify-runs"
     t_start = time.time()
     from .collect import _now, _register_x86_intrinsics_only, detect_hardware, resolve_target
@@ -1217,6 +1216,7 @@ def verify(
     tune_keys = ("trials", "trials_per_iter", "population_size", "num_tuning_cores", "online", "min_samples",
                  "builder", "number", "repeat", "min_repeat_ms")
 
+    out.mkdir(parents=True, exist_ok=True)
     per_wl: list[dict] = []
     res: dict[str, Any] = {}
     for wi, w in enumerate(wls):

@@ -388,7 +388,8 @@ def test_metaschedule_logging_survives_an_unnamed_handler_on_its_logger(tmp_path
 @needs_tvm
 def test_bad_workloads_and_models_are_clean_errors(tmp_path):
     """``curate collect --workloads foo`` and ``curate verify --model <no model>`` ended in tracebacks (KeyError,
-    ModelLoadError); ``--population 0`` tuned nothing and exited 0."""
+    ModelLoadError), and the refused verify left an empty ``--out`` folder; ``--population 0`` tuned nothing and
+    exited 0."""
     from typer.testing import CliRunner
 
     from tenset_curate.cli import app
@@ -402,3 +403,4 @@ def test_bad_workloads_and_models_are_clean_errors(tmp_path):
                                  "--out", str(tmp_path / "v")])
     assert r.exit_code == 2 and isinstance(r.exception, SystemExit), r.output
     assert f"error: no config.json in {tmp_path / 'nope'}" in r.output
+    assert not (tmp_path / "v").exists()  # a refused verify made its --out folder before the models loaded
