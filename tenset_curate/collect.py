@@ -10,7 +10,12 @@ database it writes
 * ``hardware.json``: CPU model, cores, ISA flags, memory, TVM version, the target dict;
 * ``workloads.json``: per workload its name, op class, network, FLOPs, the MetaSchedule
   structural hash and workload index it got in the database, and its measured/failed counts;
-* ``collection.json``: the settings, timings and totals of the run.
+* ``collection.json``: the totals of the whole database, this run's settings and timings, and ``runs``: every
+  run that wrote to the folder (a resumed collection adds one), with its seed and what it measured.
+
+A workload's ``seeds`` (``workloads.json``) are the seeds of the runs that measured its records, ``seed`` the one
+seed when they share it (None when runs with different seeds topped it up); before, a resumed run wrote its own
+seed on every workload, those it skipped included.
 
 Side files are written atomically (tmp + ``os.replace``); the database files are append-only
 (MetaSchedule appends one line per record), so an interrupted run leaves a valid database and a
@@ -533,6 +538,11 @@ def collect(
                 for entry in json.load(f).get("workloads", []):
                     previous[entry["name"]] = entry
 
+    earlier_runs: list[dict[str, Any]] = []
+    if resume and (out / COLLECTION_JSON).exists():
+        with contextlib.suppress(Exception):
+            earlier_runs = _runs_of(json.loads((out / COLLECTION_JSON).read_text(encoding="utf-8")))
+
     entries: dict[str, dict[str, Any]] = dict(previous)
     order = list(previous)  # keep earlier workloads first
     builder_workers = builder_workers or os.cpu_count() or 1
@@ -581,6 +591,7 @@ def collect(
         counts = count_records(out).get(idx, {"records": 0, "failed": 0}) if idx is not None else {
             "records": 0, "failed": 0}
         measured_now = counter.measured if counter is not None else 0
+        seeds = _seeds_of(prev) + ([seed] if measured_now and seed not in _seeds_of(prev) else [])
         measured_total = int(prev.get("n_measured", have)) + measured_now
         best = _best_latency(out, idx) if idx is not None else None
         entry = {
@@ -607,7 +618,8 @@ def collect(
             "best_latency_s": best,
             "best_gflops": (w.flops / best / 1e9) if best else None,
             "tune_seconds": round(float(prev.get("tune_seconds", 0.0)) + tune_s, 2),
-            "seed": seed,
+            "seed": seeds[0] if len(seeds) == 1 else None,
+            "seeds": seeds,
         }
         if counter is not None and counts["records"] != have + measured_now:
             log.warning("%s: database holds %d records but %d candidates were measured",
@@ -619,10 +631,17 @@ def collect(
 
     # Totals over the whole database (every workload, including ones from earlier runs).
     all_counts = count_records(out)
+    finished_at = _now()
+    this_run = {"started_at": started_at, "finished_at": finished_at, "seed": seed, "trials": trials,
+                "n_measured": sum(e["n_measured"] for e in entries.values())
+                - sum(int(previous.get(n, {}).get("n_measured", 0)) for n in entries),
+                "workloads_tuned": [n for n in order if entries[n]["n_measured"]
+                                    > int(previous.get(n, {}).get("n_measured", 0))]}
+    runs = [*earlier_runs, this_run]
     summary = {
         "version": 1,
         "started_at": started_at,
-        "finished_at": _now(),
+        "finished_at": finished_at,
         "wall_seconds": round(time.time() - t_start, 1),
         "workload_set": os.fspath(workloads) if isinstance(workloads, (str, os.PathLike)) else None,
         "n_workloads": len(entries),
@@ -642,6 +661,8 @@ def collect(
         },
         "target": target_dict,
         "out_dir": str(out),
+        "seeds": sorted({sd for e in entries.values() for sd in _seeds_of(e)}),
+        "runs": runs,
     }
     if gzip_db:
         for name in (DB_WORKLOAD, DB_RECORD):
@@ -651,6 +672,24 @@ def collect(
         summary["database_files"] = [DB_WORKLOAD, DB_RECORD]
     _write_json_atomic(out / COLLECTION_JSON, summary)
     return summary
+
+
+def _seeds_of(entry: dict[str, Any]) -> list[int]:
+    """The seeds of the runs that measured a workload's records; a ``workloads.json`` entry written before
+    ``seeds`` existed has one ``seed``, that of the run that measured it (none when it measured nothing)."""
+    if "seeds" in entry:
+        return [int(x) for x in entry["seeds"]]
+    return [int(entry["seed"])] if entry.get("seed") is not None and int(entry.get("n_measured", 0)) else []
+
+
+def _runs_of(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The runs an earlier ``collection.json`` records; one written before ``runs`` existed was one run."""
+    if "runs" in summary:
+        return list(summary["runs"])
+    settings = summary.get("settings", {})
+    return [{"started_at": summary.get("started_at"), "finished_at": summary.get("finished_at"),
+             "seed": settings.get("seed"), "trials": settings.get("trials"),
+             "n_measured": summary.get("n_measured"), "workloads_tuned": None}]
 
 
 MS_LOGGER = "tvm.s_tir.meta_schedule"

@@ -274,6 +274,19 @@ def test_tiny_collect_keeps_every_measured_candidate(tmp_path):
     # rerunning resumes: nothing left to do, nothing duplicated
     again = collect([dense], trials, out, trials_per_iter=trials, keep_logs=False, progress=False)
     assert again["n_records"] == len(records)
+    assert [r["seed"] for r in again["runs"]] == [0, 0] and again["runs"][1]["n_measured"] == 0
+    assert again["runs"][1]["workloads_tuned"] == []
+
+    # topping one workload up with another seed: its seeds are both runs', the skipped workload keeps its own
+    # (a resumed run wrote its seed on every workload, those it skipped included)
+    more = collect([dense], trials + 4, out, seed=1, trials_per_iter=4, population_size=32, keep_logs=False,
+                   progress=False)
+    side = {e["name"]: e for e in json.loads((out / "workloads.json").read_text())["workloads"]}
+    assert (side[dense]["seeds"], side[dense]["seed"]) == ([0, 1], None)
+    assert (side[pool]["seeds"], side[pool]["seed"]) == ([0], 0)
+    assert [r["seed"] for r in more["runs"]] == [0, 0, 1] and more["seeds"] == [0, 1]
+    assert more["runs"][2]["workloads_tuned"] == [dense] and more["runs"][2]["n_measured"] > 0
+    assert more["n_records"] == len(records) + more["runs"][2]["n_measured"]
 
 
 @pytest.mark.tvm
