@@ -465,7 +465,17 @@ def convert(inputs: list, out: Path, hardware: str | None = None, workers: int =
     with dataset_lock(out, wait=wait, what="curate convert"), ExitStack() as stack:
         remove_stale_tmp(out)
         manifest = load_manifest(out)
+        if "pruned_from" in manifest:  # its records are another dataset's kept ones: every shard would go
+            raise OutputError(f"{out}: a pruned dataset (curate prune of {manifest['pruned_from']}); convert into "
+                              "the dataset it was pruned from, or into a new folder")
         if manifest.get("converter") != CONVERTER_VERSION:
+            # another converter's rows are converted again from the inputs; those not given would lose them all
+            lost = sorted(set(manifest["inputs"]) - {u.label for u in units})
+            if lost:
+                raise OutputError(
+                    f"{out}: written by converter {manifest.get('converter')!r}, not {CONVERTER_VERSION!r}: every "
+                    f"input is converted again, and {len(lost)} of its inputs are not among these (the first: "
+                    f"{lost[0]}); give them all again, or convert into a new folder")
             manifest = {"schema_version": SCHEMA_VERSION, "converter": CONVERTER_VERSION, "inputs": {}}
         others = sorted(set(manifest["inputs"]) - {u.label for u in units})
         if only and others:

@@ -246,6 +246,40 @@ def test_an_input_gone_since_the_last_run_is_counted(tmp_path):
     assert convert([logs], tmp_path / "fresh", only=True)["inputs_not_seen"] == 0
 
 
+def test_convert_keeps_the_records_of_a_pruned_or_older_dataset(tmp_path):
+    """Found by the Python API audit (session 29): converting into a pruned dataset, or one an older converter
+    wrote, reset its manifest and then deleted every shard the new manifest did not name (26,840 -> 3,000 records,
+    "orphans_removed: 3"). A pruned dataset is refused; an older converter's dataset is converted again only when
+    every input it holds is given, and otherwise refused with nothing removed."""
+    from tenset_curate.prune import prune
+    from tenset_curate.storage import OutputError
+
+    logs = tmp_path / "logs"
+    _copy_tree(REAL / "ansor" / "roller-k80" / "pooling", logs, 3)
+    more = tmp_path / "more"
+    _copy_tree(REAL / "ansor" / "roller-k80" / "depthwise", more, 1)
+    ds = tmp_path / "ds"
+    first = convert([logs], ds)
+    prune(ds, tmp_path / "pr", 0.45, "random")
+
+    def files(d):
+        return sorted((p.relative_to(d).as_posix(), p.read_bytes()) for p in d.rglob("*.parquet"))
+
+    before = files(tmp_path / "pr")
+    with pytest.raises(OutputError, match=r"a pruned dataset \(curate prune of .*ds\)"):
+        convert([more], tmp_path / "pr")
+    assert files(tmp_path / "pr") == before
+    m = orjson.loads((ds / "manifest.json").read_bytes())
+    m["converter"] = "0.0.9+schema2"
+    (ds / "manifest.json").write_bytes(orjson.dumps(m))
+    before = files(ds)
+    with pytest.raises(OutputError, match=r"converter '0.0.9\+schema2'.* 3 of its inputs are not among these"):
+        convert([more], ds)
+    assert files(ds) == before
+    again = convert([logs], ds)  # every input given: converted again under this converter, the same rows
+    assert again["inputs_converted"] == 3 and again["totals"] == first["totals"]
+
+
 def test_convert_says_which_splits_it_outdated_and_sql_warns_during_a_write(tmp_path):
     """After an incremental convert the splits made before it leave the new records in no part, and said nothing;
     a query while a writer holds the dataset counted a state between two runs, and said nothing either."""

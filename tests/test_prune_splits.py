@@ -118,6 +118,22 @@ def test_prune_refuses_to_write_over_or_inside_its_source(pooling):
     assert not (pooling / "pruned").exists()
 
 
+
+def test_prune_replaces_only_an_earlier_prune_output(pooling, tmp_path):
+    """Found by the Python API audit (session 29): an --out holding another, converted dataset was replaced by the
+    kept records (29,840 -> 1,650) without a word. Such a folder is refused; an earlier prune's output is
+    replaced, as a re-run must."""
+    other = tmp_path / "other"
+    convert([REAL / "ansor" / "roller-k80" / "depthwise"], other)
+    before = sorted((p.relative_to(other), p.read_bytes()) for p in other.rglob("*.parquet"))
+    with pytest.raises(ValueError, match="holds a dataset that curate prune did not write"):
+        prune(pooling, other, 0.45, "random", seed=0)
+    assert sorted((p.relative_to(other), p.read_bytes()) for p in other.rglob("*.parquet")) == before
+    first = prune(pooling, tmp_path / "p", 0.45, "random", seed=0)
+    second = prune(pooling, tmp_path / "p", 0.6, "random", seed=0)  # an earlier prune's output: replaced
+    assert load_records(tmp_path / "p").height == second["records_after"] < first["records_after"]
+
+
 @pytest.mark.parametrize("method", ["hybrid", "random"])
 def test_streaming_units_keep_what_in_memory_select_keeps(pooling, tmp_path, method):
     """prune() cuts the dataset into units of whole tasks; with units of ~2,000 records (7 units here) it keeps
