@@ -60,6 +60,7 @@ import csv
 import io
 import json
 import math
+import numbers
 import os
 import re
 import uuid
@@ -901,8 +902,9 @@ def run_sql(
     """
     if fmt not in FORMATS:
         raise ValueError(f"fmt must be one of {FORMATS}, got {fmt!r}")
-    if limit is not None and (not isinstance(limit, int) or limit < 0):
+    if limit is not None and (not isinstance(limit, numbers.Integral) or isinstance(limit, bool) or limit < 0):
         raise ValueError(f"limit must be a non-negative int, got {limit!r}")
+    limit = None if limit is None else int(limit)
     kind = check_sql(query, dataset_dir)
     own = con is None
     if own:

@@ -54,7 +54,7 @@ def convert(
     try:
         s = run(inputs, out, hardware=hardware, workers=workers, progress=not json_out, log=_log, wait=wait,
                 group_bytes=group_mb << 20)
-    except (InputError, OutputError) as e:
+    except (InputError, OutputError, ValueError) as e:
         _fail(str(e))
     if json_out:
         _print_json(s)

@@ -27,6 +27,7 @@ Layout::
 from __future__ import annotations
 
 import hashlib
+import numbers
 import os
 import re
 import sys
@@ -456,6 +457,12 @@ def convert(inputs: list, out: Path, hardware: str | None = None, workers: int =
     """
     out = Path(out)
     log = log or (lambda msg: None)
+    if isinstance(inputs, (str, os.PathLike)):  # one input (a string was read one character at a time)
+        inputs = [inputs]
+    if not isinstance(workers, numbers.Integral) or isinstance(workers, bool) or workers < 1:
+        raise ValueError(f"workers {workers!r}: an integer, at least 1")
+    if hardware is not None and not (isinstance(hardware, str) and hardware.strip()):
+        raise ValueError(f"hardware {hardware!r}: a name, or None to name the hardware by the inputs' rules")
     executor = resolve_executor(executor, address)
     t0 = time.perf_counter()
     units = discover([Path(p) for p in inputs])

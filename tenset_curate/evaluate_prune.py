@@ -9,6 +9,7 @@ for every model (reports/prune_models.md: hybrid helps the proxy and costs the a
 """
 from __future__ import annotations
 
+import numbers
 import time
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import polars as pl
 from .features import featurize
 from .labels import with_labels
 from .metrics import evaluate_predictions
-from .prune import load_records, select
+from .prune import check_prune_args, load_records, select
 from .splits import make_split
 from .storage import atomic_savefig
 
@@ -166,7 +167,10 @@ def evaluate_pruning(dataset: Path, ratio: float, method: str = "hybrid", seed: 
     pruning settings."""
     import statistics as st
 
-    seed_list = list(range(seed, seed + max(int(seeds), 1)))
+    if not isinstance(seeds, numbers.Integral) or isinstance(seeds, bool) or seeds < 1:
+        raise ValueError(f"seeds {seeds!r}: how many seeds to evaluate over, at least 1")  # 0 ran one, quietly
+    check_prune_args(ratio, method, seed, min_keep)
+    seed_list = list(range(seed, seed + int(seeds)))
     methods = [method] if method == "random" else [method, "random"]
     rows = evaluate_methods(dataset, [ratio], methods, seed_list, min_keep, model, epochs)
     out: dict = {"model": model, "seeds": seed_list}
@@ -249,14 +253,11 @@ def summarize(rows: list[dict]) -> pl.DataFrame:
 
 
 def plot_curves(rows: list[dict], out_png: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from .storage import new_figure
 
     s = summarize(rows)
     full = s.filter(pl.col("method") == "full")
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    fig, axes = new_figure(1, 2, figsize=(10, 3.8))
     for ax, metric in zip(axes, ("pca", "top1")):
         for (m,), g in s.filter(pl.col("method") != "full").group_by("method", maintain_order=True):
             g = g.sort("ratio")
@@ -270,7 +271,6 @@ def plot_curves(rows: list[dict], out_png: Path) -> None:
     fig.tight_layout()
     Path(out_png).parent.mkdir(parents=True, exist_ok=True)
     atomic_savefig(fig, out_png, dpi=90)
-    plt.close(fig)
 
 
 def paired_differences(rows: list[dict], method: str, ratio: float, seeds: list[int]) -> dict:

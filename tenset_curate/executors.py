@@ -51,7 +51,10 @@ def require_ray():
 
 def resolve_executor(executor: str, address: str | None) -> str:
     """The executor a command runs on: an ``address`` names a Ray cluster, so it implies ``ray`` (``local`` with an
-    address dropped the address without a word, where ``curate run --address`` switched to Ray)."""
+    address dropped the address without a word, where ``curate run --address`` switched to Ray). An unknown name is
+    refused here, before the command makes its output folder."""
+    if executor not in EXECUTORS:
+        raise ExecutorError(f"unknown executor {executor!r} ({' | '.join(EXECUTORS)})")
     return "ray" if address and executor == "local" else executor
 
 

@@ -441,6 +441,9 @@ def _plan_epoch(groups: list[np.ndarray], n_records: int, rng: np.random.Generat
 
 @contextlib.contextmanager
 def _torch_env(num_threads: int | None, deterministic: bool):
+    """Torch's process-wide settings for one fit or prediction, each put back after: the thread count, the
+    deterministic mode, and the random stream (the models seed torch inside; a notebook's ``torch.rand`` after a
+    train or an evaluate drew from the model's seed)."""
     import torch
 
     import torch.utils.deterministic as tdet
@@ -449,19 +452,21 @@ def _torch_env(num_threads: int | None, deterministic: bool):
     prev_det = torch.are_deterministic_algorithms_enabled()
     prev_warn = torch.is_deterministic_algorithms_warn_only_enabled()
     prev_fill = tdet.fill_uninitialized_memory
-    try:
-        if num_threads:
-            torch.set_num_threads(int(num_threads))
-        if deterministic:
-            torch.use_deterministic_algorithms(True, warn_only=True)
-            # deterministic mode also NaN-fills every new uninitialised tensor (a debugging aid that
-            # does not change results): ~190 fill kernels per training step, off here
-            tdet.fill_uninitialized_memory = False
-        yield
-    finally:
-        torch.set_num_threads(prev_threads)
-        torch.use_deterministic_algorithms(prev_det, warn_only=prev_warn)
-        tdet.fill_uninitialized_memory = prev_fill
+    devices = range(torch.cuda.device_count()) if torch.cuda.is_initialized() else []
+    with torch.random.fork_rng(devices=devices):
+        try:
+            if num_threads:
+                torch.set_num_threads(int(num_threads))
+            if deterministic:
+                torch.use_deterministic_algorithms(True, warn_only=True)
+                # deterministic mode also NaN-fills every new uninitialised tensor (a debugging aid that
+                # does not change results): ~190 fill kernels per training step, off here
+                tdet.fill_uninitialized_memory = False
+            yield
+        finally:
+            torch.set_num_threads(prev_threads)
+            torch.use_deterministic_algorithms(prev_det, warn_only=prev_warn)
+            tdet.fill_uninitialized_memory = prev_fill
 
 
 def _progress(iterable, enabled: bool, **kw):

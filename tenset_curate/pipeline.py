@@ -139,7 +139,8 @@ def _check_values(cfg: dict, path: Path) -> None:
                 names.append(sp["name"])
     if "prune" in steps:
         pr = cfg.get("prune", {})
-        refuse("[prune]", check_prune_args, pr.get("ratio", 0.45), pr.get("method", "hybrid"))
+        refuse("[prune]", check_prune_args, pr.get("ratio", 0.45), pr.get("method", "hybrid"), pr.get("seed", 0),
+               pr.get("min_keep", 8), pr.get("workers", 1))
     if "train" in steps:
         kinds = t.get("models", ["gbdt", "attention"])
         bad = [k for k in kinds if k not in M._KINDS]

@@ -194,6 +194,7 @@ it answers the same splits as its source, network-wise included.
 from __future__ import annotations
 
 import hashlib
+import numbers
 import os
 import shutil
 import time
@@ -493,12 +494,16 @@ def task_rng(seed: int, hardware: str, task_id: str) -> np.random.Generator:
                                   int.from_bytes(h[4:], "little")])
 
 
-def check_prune_args(ratio: float, method: str) -> None:
-    """Refuse an unknown method or a ratio outside [0, 1) before anything is read."""
+def check_prune_args(ratio: float, method: str, seed: int = 0, min_keep: int = 8, workers: int = 1) -> None:
+    """Refuse, before anything is read: an unknown method, a ratio outside [0, 1) or not a number, a seed that is
+    not an integer, a negative ``min_keep`` (it was stored as given) and fewer than one worker."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
-    if not 0.0 <= ratio < 1.0:
-        raise ValueError("ratio is the fraction removed and must lie in [0, 1)")
+    if not isinstance(ratio, numbers.Real) or isinstance(ratio, bool) or not 0.0 <= ratio < 1.0:
+        raise ValueError(f"ratio {ratio!r}: the fraction removed, a number in [0, 1)")
+    for name, v, lo in (("seed", seed, None), ("min_keep", min_keep, 0), ("workers", workers, 1)):
+        if not isinstance(v, numbers.Integral) or isinstance(v, bool) or (lo is not None and v < lo):
+            raise ValueError(f"{name} {v!r}: an integer" + (f", at least {lo}" if lo is not None else ""))
 
 
 def _unit_features(df: pl.DataFrame, groups: np.ndarray, need_keys: bool, need_flat: bool,
@@ -647,7 +652,7 @@ def select(df: pl.DataFrame, ratio: float, method: str = "hybrid", seed: int = 0
     In memory, on one frame; ``prune`` runs the same three steps (``prepare_unit``, ``global_allocation``,
     ``select_unit``) over units of a stored dataset, so both keep the same records (except ``importance``, whose
     proxy model is trained per unit)."""
-    check_prune_args(ratio, method)
+    check_prune_args(ratio, method, seed, min_keep)
     unit = prepare_unit(df, method, seed, feats)
     keep_total = int(round(df.height * (1 - ratio)))
     alloc = global_allocation(unit["group_keys"], pool_counts(unit), keep_total, min_keep, allocation_power(method))
@@ -841,7 +846,7 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
     from .executors import map_unordered, process_pool, resolve_executor
     from .storage import _explain, atomic_write_json, atomic_write_text, dataset_lock, remove_stale_tmp
 
-    check_prune_args(ratio, method)
+    check_prune_args(ratio, method, seed, min_keep, workers)
     executor = resolve_executor(executor, address)
     t0 = time.perf_counter()
     dataset, out = Path(dataset), Path(out)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import numbers
 import re
 from pathlib import Path
 
@@ -60,11 +61,14 @@ def check_split_args(scheme: str, test_fraction: float = 0.1, valid_fraction: fl
                      holdout: list[str] | None = None, train_hw: list[str] | None = None,
                      test_hw: list[str] | None = None, few_shot: float = 0.0, seed: int = 0) -> None:
     """Refuse a split's arguments before any record is read (``make_split`` and ``curate run``'s dry run call it):
-    an unknown scheme, an option the scheme does not apply, a share outside [0, 1)."""
+    an unknown scheme, an option the scheme does not apply, a share outside [0, 1), a hardware both trained and
+    tested on (the test part took all its records, and the split had no train part)."""
     if scheme not in SCHEMES:
         raise ValueError(f"unknown scheme {scheme!r}; choose from {', '.join(SCHEMES)}")
-    if not isinstance(seed, int) or isinstance(seed, bool):
+    if not isinstance(seed, numbers.Integral) or isinstance(seed, bool):
         raise ValueError(f"seed {seed!r}: an integer")
+    holdout, train_hw, test_hw = (_names(x, opt) for x, opt in ((holdout, "--holdout"), (train_hw, "--train-hw"),
+                                                                  (test_hw, "--test-hw")))
     options = (("--holdout", holdout, ("network", "operator")), ("--train-hw", train_hw, ("hardware",)),
                ("--test-hw", test_hw, ("hardware",)), ("--few-shot", few_shot, ("hardware",)))
     unused = [opt for opt, given, schemes in options if given and scheme not in schemes]
@@ -72,8 +76,24 @@ def check_split_args(scheme: str, test_fraction: float = 0.1, valid_fraction: fl
         raise ValueError(f"{', '.join(unused)} do(es) not apply to a {scheme} split")
     for opt, v in (("--test-fraction", test_fraction), ("--valid-fraction", valid_fraction),
                    ("--few-shot", few_shot)):  # 1.5 left no test part, -0.5 was stored as given
-        if not 0 <= v < 1:
-            raise ValueError(f"{opt} {v}: a share of the records, at least 0 and under 1")
+        if not isinstance(v, numbers.Real) or isinstance(v, bool) or not 0 <= v < 1:
+            raise ValueError(f"{opt} {v!r}: a share of the records, at least 0 and under 1")
+    both = sorted(set(train_hw or []) & set(test_hw or []))
+    if both:
+        raise ValueError(f"hardware {both} is in both --train-hw and --test-hw; a hardware split tests on hardware it "
+                         "does not train on (--few-shot trains on a share of the test hardware)")
+
+
+def _names(x, opt: str) -> list[str] | None:
+    """A list of names from a list, a tuple or one name (a string was read one character at a time: holdout=
+    "depthwise" asked for classes ['d', 'e', 'h', ...])."""
+    if x is None:
+        return None
+    x = [x] if isinstance(x, str) else list(x)
+    bad = [v for v in x if not isinstance(v, str)]
+    if bad:
+        raise ValueError(f"{opt}: names, got {bad!r}")
+    return x
 
 
 def make_split(records: pl.DataFrame, scheme: str, seed: int = 0, test_fraction: float = 0.1,
@@ -81,7 +101,10 @@ def make_split(records: pl.DataFrame, scheme: str, seed: int = 0, test_fraction:
                test_hw: list[str] | None = None, few_shot: float = 0.0, networks: pl.DataFrame | None = None,
                op_classes: pl.DataFrame | None = None) -> tuple[pl.DataFrame, dict]:
     """Return (assignment table, info). ``records`` needs record_id, hardware, task_id, workload_key."""
-    check_split_args(scheme, test_fraction, valid_fraction, holdout, train_hw, test_hw, few_shot)
+    check_split_args(scheme, test_fraction, valid_fraction, holdout, train_hw, test_hw, few_shot, seed)
+    holdout, train_hw, test_hw = _names(holdout, "--holdout"), _names(train_hw, "--train-hw"), _names(test_hw,
+                                                                                                    "--test-hw")
+    seed = int(seed)
     df = records.select("record_id", "hardware", "task_id", "workload_key")
     u = _u01(df["record_id"], seed, "test")
     info: dict = {"scheme": scheme, "seed": seed}
@@ -232,15 +255,10 @@ def read_split(dataset: Path, name: str) -> pl.DataFrame:
 def analyze(dataset: Path, name: str, out_dir: Path) -> Path:
     """Write ``<out_dir>/<name>.md`` (+ PNGs): sizes, leakage, label distribution, feature drift and, for
     hardware splits, per-task Spearman correlation of the same programs measured on both machines."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     from .features import FLAT_NAMES, featurize
     from .labels import with_labels
     from .prune import load_records
-    from .storage import atomic_savefig, atomic_write_text
+    from .storage import atomic_savefig, atomic_write_text, new_figure
 
     dataset, out_dir = Path(dataset), Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -262,7 +280,7 @@ def analyze(dataset: Path, name: str, out_dir: Path) -> Path:
                  if info.get("scheme") in ("within-task", "hardware") else ""),
               f"- identical schedules (same task, same steps) in both train and test: {shared_progs}", ""]
     lines += ["## Label distribution (valid records)", "", "| part | mean | p10 | p50 | p90 |", "|---|---:|---:|---:|---:|"]
-    fig, ax = plt.subplots(figsize=(6, 3.5))
+    fig, ax = new_figure(figsize=(6, 3.5))
     for p, g in recs.filter(pl.col("is_valid")).group_by("part", maintain_order=True):
         lab = g["label"]
         lines.append(f"| {p[0]} | {lab.mean():.4f} | {lab.quantile(0.1):.4f} | {lab.quantile(0.5):.4f} | "
@@ -272,7 +290,6 @@ def analyze(dataset: Path, name: str, out_dir: Path) -> Path:
     ax.legend()
     fig.tight_layout()
     atomic_savefig(fig, out_dir / f"{name}_labels.png", dpi=90)
-    plt.close(fig)
     lines += ["", f"![labels]({name}_labels.png)", ""]
     # feature drift: standardised mean difference of the flat features
     ftr = featurize(tr.sample(min(tr.height, 20000), seed=0))["flat"] if tr.height else None
@@ -286,17 +303,17 @@ def analyze(dataset: Path, name: str, out_dir: Path) -> Path:
         lines += [f"| {FLAT_NAMES[i]} | {smd[i]:.3f} |" for i in order]
         lines += ["", f"- mean SMD over {len(smd)} features: {smd.mean():.3f}", ""]
     if info.get("scheme") == "hardware":
-        lines += hardware_transfer_section(recs, info, out_dir, name, plt)
+        lines += hardware_transfer_section(recs, info, out_dir, name)
     p = out_dir / f"{name}.md"
     atomic_write_text(p, "\n".join(lines) + "\n")
     return p
 
 
-def hardware_transfer_section(recs: pl.DataFrame, info: dict, out_dir: Path, name: str, plt) -> list[str]:
+def hardware_transfer_section(recs: pl.DataFrame, info: dict, out_dir: Path, name: str) -> list[str]:
     """Per task, Spearman correlation between the costs of the same programs on the train and test hardware.
 
     Programs are matched by (workload_key, steps); when two runs share few programs, the report says so."""
-    from .storage import atomic_savefig
+    from .storage import atomic_savefig, new_figure
 
     a = recs.filter(pl.col("hardware").is_in(info["train_hw"]) & pl.col("is_valid"))
     b = recs.filter(pl.col("hardware").is_in(info["test_hw"]) & pl.col("is_valid"))
@@ -317,12 +334,11 @@ def hardware_transfer_section(recs: pl.DataFrame, info: dict, out_dir: Path, nam
         lines += [f"- per-task Spearman: mean {s.mean():.3f}, median {s.median():.3f}, min {s.min():.3f}, "
                   f"max {s.max():.3f}", "", "| workload | shared programs | Spearman |", "|---|---:|---:|"]
         lines += [f"| `{w[:70]}` | {n} | {r:.3f} |" for w, n, r in per.iter_rows()]
-        fig, ax = plt.subplots(figsize=(6, 3.5))
+        fig, ax = new_figure(figsize=(6, 3.5))
         ax.hist(s.to_numpy(), bins=20)
         ax.set_xlabel("per-task Spearman correlation")
         fig.tight_layout()
         atomic_savefig(fig, out_dir / f"{name}_spearman.png", dpi=90)
-        plt.close(fig)
         lines += ["", f"![spearman]({name}_spearman.png)"]
     else:
         lines.append("- no task has 5 or more programs measured on both machines: rankings cannot be compared "

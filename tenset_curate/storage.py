@@ -121,6 +121,17 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     atomic_write_with(path, lambda tmp: tmp.write_bytes(data))
 
 
+def new_figure(rows: int = 1, cols: int = 1, **kw):
+    """``(figure, axes)`` like ``pyplot.subplots``, without pyplot: no backend is chosen or switched (a notebook's
+    inline backend was set to Agg for the whole process by the first report drawn), and nothing stays registered
+    to close. ``kw``: ``figsize``, ``squeeze``."""
+    from matplotlib.figure import Figure
+
+    squeeze = kw.pop("squeeze", True)
+    fig = Figure(**kw)
+    return fig, fig.subplots(rows, cols, squeeze=squeeze)
+
+
 def atomic_savefig(fig, path: Path, **kw) -> None:
     """``fig.savefig`` through a temporary name (the format comes from ``path``'s suffix)."""
     path = Path(path)

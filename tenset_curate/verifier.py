@@ -916,19 +916,16 @@ def _fmt_med(x, total: int | None = None, unit: str = "") -> str:
 def _plots(out: Path, per_wl: list[dict], arms: list[str]) -> list[str]:
     import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from .storage import atomic_savefig
+    from .storage import atomic_savefig, new_figure
 
     files = []
     n = len(per_wl)
     cols = min(3, n)
     rows = -(-n // cols)
-    colors = {a: plt.cm.tab10(i % 10) for i, a in enumerate(arms)}
+    colors = {a: matplotlib.colormaps["tab10"](i % 10) for i, a in enumerate(arms)}
     for xkey, fname, xlabel in (("trial", "verify_curves.png", "trials"),
                                 ("time", "verify_curves_time.png", "seconds")):
-        fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 3.6 * rows), squeeze=False)
+        fig, axes = new_figure(rows, cols, figsize=(5.2 * cols, 3.6 * rows), squeeze=False)
         for ax, wl in zip(axes.ravel(), per_wl):
             best = wl["metrics"]["best_db_latency_s"]
             for a in arms:
@@ -967,7 +964,6 @@ def _plots(out: Path, per_wl: list[dict], arms: list[str]) -> list[str]:
                                                              else "one line per seed"), fontsize=10)
         fig.tight_layout()
         atomic_savefig(fig, out / fname, dpi=110)
-        plt.close(fig)
         files.append(fname)
     return files
 

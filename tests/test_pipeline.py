@@ -232,7 +232,7 @@ def test_values_a_step_refuses_fail_the_dry_run_and_name_the_file(project):
              (['splits.split=[{name="x-y", scheme="within-task"}, {name="x_y", scheme="within-task"}]'],
               r"the split 'x-y' already has its SQL view split_x_y"),
              (['prune.method="kmeans"'], r"\[prune\]: unknown method 'kmeans'"),
-             (["prune.ratio=1.2"], r"\[prune\]: ratio is the fraction removed"),
+             (["prune.ratio=1.2"], r"\[prune\]: ratio 1.2: the fraction removed"),
              (['train.models=["xgb"]'], r"\[train\] models \['xgb'\]"),
              (['train.device="cuda"'], r"gbdt \(LightGBM\) trains on the CPU"),
              (["train.epochs=0"], r"\[train\] epochs 0"),

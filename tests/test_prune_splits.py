@@ -134,6 +134,32 @@ def test_prune_replaces_only_an_earlier_prune_output(pooling, tmp_path):
     assert load_records(tmp_path / "p").height == second["records_after"] < first["records_after"]
 
 
+def test_values_a_notebook_passes_are_refused_before_any_folder_is_made(pooling, tmp_path):
+    """Found by the Python API audit (session 29): the CLI refused these, the functions ran with them (min_keep -5
+    stored as given, workers 0, seeds=0 evaluated one seed) or failed deep inside (ratio "0.45", seed None) after
+    making the output folder; convert(executor="foo") left a folder holding only its lock."""
+    from tenset_curate.evaluate_prune import evaluate_pruning
+
+    out = tmp_path / "o"
+    for kw, match in (({"ratio": "0.45"}, r"ratio '0.45': the fraction removed"),
+                      ({"seed": None}, r"seed None: an integer"), ({"min_keep": -5}, r"min_keep -5: an integer, at "
+                                                                                     r"least 0"),
+                      ({"workers": 0}, r"workers 0: an integer, at least 1"),
+                      ({"executor": "foo"}, r"unknown executor 'foo'")):
+        with pytest.raises(ValueError, match=match):
+            prune(pooling, out, **{"ratio": 0.45, **kw})
+        assert not out.exists()
+    with pytest.raises(ValueError, match=r"seeds 0: how many seeds"):
+        evaluate_pruning(pooling, 0.45, seeds=0)
+    for kw, match in (({"workers": 0}, r"workers 0"), ({"hardware": ""}, r"hardware '': a name"),
+                      ({"executor": "foo"}, r"unknown executor 'foo'")):
+        with pytest.raises(ValueError, match=match):
+            convert([REAL / "ansor" / "roller-k80" / "pooling"], out, **kw)
+        assert not out.exists()
+    one = sorted((REAL / "ansor" / "roller-k80" / "pooling").glob("*.gz"))[0]
+    assert convert(str(one), out)["inputs_converted"] == 1  # one input as a string: it was read char by char
+
+
 @pytest.mark.parametrize("method", ["hybrid", "random"])
 def test_streaming_units_keep_what_in_memory_select_keeps(pooling, tmp_path, method):
     """prune() cuts the dataset into units of whole tasks; with units of ~2,000 records (7 units here) it keeps
@@ -327,6 +353,15 @@ def test_split_names_that_match_nothing_and_options_of_another_scheme_are_refuse
     convert([REAL / "ansor" / "roller-k80" / "pooling"], ds)
     with pytest.raises(ValueError, match=r"no task of class \['dpethwise'\] in the data; it has \['pooling'\]"):
         write_split(ds, "typo", "operator", holdout=["pooling", "dpethwise"])
+    # found by the Python API audit (session 29): one name as a string was read a character at a time (classes
+    # ['d', 'e', ...]); a hardware both trained and tested on gave a split without a train part, silently
+    with pytest.raises(ValueError, match=r"no task of class \['dpethwise'\] in the data"):
+        write_split(ds, "typo", "operator", holdout="dpethwise")
+    assert write_split(ds, "one_class", "operator", holdout="pooling")["counts"]["test"] > 0
+    with pytest.raises(ValueError, match=re.escape(f"hardware {[hw[0]]} is in both --train-hw and --test-hw")):
+        write_split(netdata, "typo", "hardware", train_hw=hw, test_hw=[hw[0]])
+    with pytest.raises(ValueError, match=r"--test-fraction '0.2': a share"):
+        write_split(ds, "typo", "within-task", test_fraction="0.2")
 
 
 @pytest.mark.parametrize("block", [None, 300])
@@ -428,8 +463,17 @@ def test_analyze_a_hardware_split_on_real_logs(k80_mi50_dataset, tmp_path):
     programs measured on both GPUs."""
     from tenset_curate.splits import analyze
 
-    write_split(k80_mi50_dataset, "analyze_hw", "hardware", train_hw=["roller-k80"], test_hw=["roller-mi50"], seed=0)
-    p = analyze(k80_mi50_dataset, "analyze_hw", tmp_path / "rep")
+    import matplotlib
+
+    write_split(k80_mi50_dataset, "analyze_hw", "hardware", train_hw="roller-k80", test_hw=("roller-mi50",),
+                seed=np.int64(0))  # one name as a string, a tuple, a NumPy seed: as a notebook passes them
+    backend = matplotlib.get_backend()
+    matplotlib.use("svg")  # a notebook's own backend (its inline one) stays: analyze set Agg for the process
+    try:
+        p = analyze(k80_mi50_dataset, "analyze_hw", tmp_path / "rep")
+        assert matplotlib.get_backend() == "svg"
+    finally:
+        matplotlib.use(backend)
     md = p.read_text()
     assert sorted(f.name for f in p.parent.iterdir()) == ["analyze_hw.md", "analyze_hw_labels.png",
                                                           "analyze_hw_spearman.png"]
