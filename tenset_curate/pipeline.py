@@ -239,8 +239,8 @@ def run(pipeline: Path, overrides: list[str] | None = None, executor: str = "loc
     ``executor``: ``local`` (processes) or ``ray``; ``workers``: processes, or Ray CPUs for a local Ray instance;
     ``address``: a Ray cluster to connect to (``"auto"``), implies ``executor="ray"``."""
     log = log or (lambda m: None)
-    executor = resolve_executor(executor, address)
     try:
+        executor = resolve_executor(executor, address)
         check_executor(executor)
     except ExecutorError as e:
         raise PipelineError(str(e)) from None
