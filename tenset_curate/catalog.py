@@ -897,7 +897,9 @@ def run_sql(
 
     ``fmt``: ``table`` (aligned plain text, str), ``csv`` (str), ``json`` (a JSON list of objects, str),
     ``arrow`` (``pyarrow.Table``).  ``limit`` caps the rows fetched.  ``con`` may be a connection from
-    ``connect_readonly`` to reuse; otherwise one is opened and closed.
+    ``connect_readonly`` to reuse; otherwise one is opened and closed. A connection sees the views of the catalog
+    as it was when it was opened: after ``curate splits make`` (or a convert), open a new one to see the new
+    split's view.
     Raises ``SQLRefused`` for anything that writes, changes state or reads outside the dataset.
     """
     if fmt not in FORMATS:

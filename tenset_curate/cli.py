@@ -263,7 +263,8 @@ def train(
     split: str = typer.Option(..., help="split name (see curate splits make)"),
     model: str = typer.Option("attention", help="attention | mlp | gbdt"),
     out: Path = typer.Option(..., "--out", "-o", help="model directory"),
-    epochs: int = typer.Option(24, min=1, help="epochs (neural models; the attention defaults were tuned at 24)"),
+    epochs: Optional[int] = typer.Option(None, min=1, help="epochs (neural models); default model.DEFAULT_EPOCHS, "
+                                         "what the attention defaults were tuned at"),
     device: str = typer.Option("cpu", help="cpu | cuda (attention and mlp; gbdt trains on the CPU)"),
     seed: int = typer.Option(0),
     balance_hardware: bool = typer.Option(True, help="repeat the records of a hardware with far fewer training "
@@ -319,8 +320,8 @@ def train(
             raise typer.BadParameter(f"--positions must be auto, {' or '.join(POSITIONS)}, not {positions!r}")
         hp["positions"] = positions
     try:
-        s = train_model(dataset, split, model, out, epochs=epochs, device=device, seed=seed,
-                        progress=not json_out, balance_hardware=balance_hardware, fine_tune=fine_tune,
+        s = train_model(dataset, split, model, out, **({} if epochs is None else {"epochs": epochs}), device=device,
+                        seed=seed, progress=not json_out, balance_hardware=balance_hardware, fine_tune=fine_tune,
                         max_per_task=max_per_task, memory_check=memory_check, **hp)
     except (ValueError, FileNotFoundError, MemoryError) as e:
         _fail(str(e))
@@ -387,9 +388,14 @@ def report_pca(
                                 help="processes training the report's models (the report is the same for any)"),
 ):
     """Train and evaluate the baselines and the attention model on the dataset's splits; one Markdown table."""
+    from .readers import InputError
     from .report import pca_report
+    from .storage import OutputError
 
-    typer.echo(f"wrote {pca_report(dataset, out, epochs=epochs, workers=workers)}")
+    try:
+        typer.echo(f"wrote {pca_report(dataset, out, epochs=epochs, workers=workers)}")
+    except (ValueError, FileNotFoundError, InputError, OutputError, MemoryError) as e:
+        _fail(str(e))
 
 
 @app.command()

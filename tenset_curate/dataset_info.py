@@ -9,11 +9,13 @@ from .features import operator_classes
 
 
 def dataset_info(dataset: Path) -> dict:
+    """What ``curate info`` prints: records, tasks and quarantined lines; per (hardware, operator class) records,
+    tasks and failure rate; the rules that named the operator classes; per hardware its target kinds (several:
+    one name over several machines). FileNotFoundError when ``dataset`` holds no records."""
+    from .prune import record_files
+
     dataset = Path(dataset)
-    files = sorted((dataset / "records").glob("*/*.parquet"))
-    if not files:
-        raise FileNotFoundError(f"{dataset}: no record shards (run curate convert first)")
-    lf = pl.scan_parquet(files)
+    lf = pl.scan_parquet(record_files(dataset))
     recs = lf.select("hardware", "task_id", "workload_name", "workload_key", "source_file", "is_valid",
                      "target_kind").collect()
     ops = operator_classes(recs)

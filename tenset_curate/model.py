@@ -202,6 +202,7 @@ KIND_CHUNK = 16384  # kind_positions' records per chunk: a [chunk, L, D] float32
 
 
 # the least value each of these hyper-parameters takes (any model that has it)
+DEFAULT_EPOCHS = 24  # curate train, train_model and curate run's train step (the attention defaults were tuned at 24)
 HPARAM_MINIMUMS = {"epochs": 1, "n_estimators": 1, "finetune_epochs": 0, "finetune_rounds": 0,
                    "lambdarank_weight": 0, "diverse_top_k": 0, "patience": 0}
 
@@ -683,7 +684,7 @@ class Ranker:
         path = Path(directory) / CONFIG_NAME
         try:
             cfg = json.loads(path.read_text())
-        except FileNotFoundError as e:
+        except (FileNotFoundError, NotADirectoryError) as e:  # a file given as the model: not a directory
             raise ModelLoadError(f"no {CONFIG_NAME} in {directory}") from e
         except json.JSONDecodeError as e:
             raise ModelLoadError(f"corrupt {path}: {e}") from e

@@ -46,6 +46,7 @@ from pathlib import Path
 import orjson
 
 from .executors import ExecutorError, check_executor, resolve_executor
+from .model import DEFAULT_EPOCHS
 from .storage import (OutputError, atomic_write_bytes, atomic_write_json, atomic_write_text, dataset_lock,
                       remove_stale_tmp, safe_join)
 
@@ -148,7 +149,7 @@ def _check_values(cfg: dict, path: Path) -> None:
             raise PipelineError(f"{path}: [train] models {bad}: each is one of {sorted(M._KINDS)}")
         for kind in kinds:
             refuse("[train]", check_device, kind, str(t.get("device", "cpu")))
-        if not isinstance(t.get("epochs", 5), int) or t.get("epochs", 5) < 1:
+        if not isinstance(t.get("epochs", DEFAULT_EPOCHS), int) or t.get("epochs", DEFAULT_EPOCHS) < 1:
             raise PipelineError(f"{path}: [train] epochs {t.get('epochs')!r}: an integer, at least 1")
         bad = [d for d in t.get("data", ["full"]) if d not in TRAIN_DATA]
         if bad:
@@ -517,7 +518,7 @@ def step_train(p: dict, workdir: Path, base: Path, workers: int, log, exe: dict)
         for kind in p.get("models", ["gbdt", "attention"]):
             hp = {"fine_tune": auto["fine_tune"], **({k: auto[k] for k in SPLIT_HPARAMS} if kind == "attention"
                                                       else {}), **p.get(kind, {})}
-            m, _ = fit_on_frame(df, kind, seed=seed, epochs=int(p.get("epochs", 5)), device=p.get("device", "cpu"),
+            m, _ = fit_on_frame(df, kind, seed=seed, epochs=int(p.get("epochs", DEFAULT_EPOCHS)), device=p.get("device", "cpu"),
                                 data_manifest_hash=data_hash(workdir / "convert", split, cap, seed), **hp)
             m.save(out / f"{kind}-{data}")
             trained.append(f"{kind}-{data}")

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import json
 import math
 import os
 import platform
@@ -286,7 +287,17 @@ def pca_report(dataset: Path, out: Path, epochs: int = 24, ratio: float = 0.45, 
                command: str | None = None, workers: int = 2) -> Path:
     """Train the three models on full and pruned data of each split and write the Markdown table to ``out``; runs in
     a fresh process under ``portable_numerics_env`` unless this process already is one (module docstring). The fits
-    are independent and run on ``workers`` processes; the report does not depend on how many."""
+    are independent and run on ``workers`` processes; the report does not depend on how many. ``dataset``: a
+    dataset, or logs (converted first). Returns ``out``. Bad arguments are refused before anything runs, and an
+    error in the fresh process is raised here as its own type (ValueError, FileNotFoundError, ...)."""
+    from .prune import check_prune_args
+
+    check_prune_args(ratio, "hybrid", seed)
+    for name, v in (("epochs", epochs), ("workers", workers)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"{name} {v!r}: an integer, at least 1")
+    if not Path(dataset).exists():
+        raise FileNotFoundError(f"{dataset}: no such dataset or logs")
     if os.environ.get(PORTABLE_FLAG) != "1":
         return _in_portable_process(dataset, out, epochs, ratio, seed, command, workers)
     from .metrics import random_topk_expectation
@@ -385,6 +396,10 @@ def _in_portable_process(dataset, out, epochs, ratio, seed, command, workers) ->
     if command is not None:
         args += ["--command", command]
     r = subprocess.run(args, env={**os.environ, **portable_numerics_env()}, capture_output=True, text=True)
+    *_, last = r.stderr.rstrip("\n").rpartition("\n")
+    if r.returncode != 0 and last.startswith(ERROR_MARK):  # an error main() named: raised here as its own type
+        err = json.loads(last[len(ERROR_MARK):])
+        raise _ERRORS().get(err["type"], RuntimeError)(err["message"])
     if r.returncode != 0:
         raise RuntimeError(f"curate report pca failed in its portable-numerics process (exit {r.returncode}):\n"
                            f"{r.stderr[-4000:]}")
@@ -403,7 +418,22 @@ def main(argv=None) -> None:
     ap.add_argument("--command")
     ap.add_argument("--workers", type=int, default=2)
     a = ap.parse_args(argv)
-    pca_report(Path(a.dataset), Path(a.out), a.epochs, a.ratio, a.seed, a.command, a.workers)
+    try:
+        pca_report(Path(a.dataset), Path(a.out), a.epochs, a.ratio, a.seed, a.command, a.workers)
+    except tuple(_ERRORS().values()) as e:
+        print(ERROR_MARK + json.dumps({"type": type(e).__name__, "message": str(e)}), file=sys.stderr)
+        sys.exit(2)
+
+
+ERROR_MARK = "tenset-curate-error: "  # main()'s last stderr line for an error pca_report raises as its own type
+
+
+def _ERRORS() -> dict:
+    """The errors a caller of ``pca_report`` tells apart, by name (the ones the CLI turns into clean messages)."""
+    from .readers import InputError
+    from .storage import OutputError
+
+    return {c.__name__: c for c in (ValueError, FileNotFoundError, InputError, OutputError, MemoryError)}
 
 
 if __name__ == "__main__":

@@ -246,7 +246,11 @@ def split_info(dataset: Path, name: str) -> dict:
 
 
 def read_split(dataset: Path, name: str) -> pl.DataFrame:
+    """The split's rows (record_id, hardware, task_id, part). FileNotFoundError names the dataset when it is not
+    one, else the split."""
     p = Path(dataset) / "splits" / f"{name}.parquet"
+    if not p.exists() and not (Path(dataset) / "records").is_dir():
+        raise FileNotFoundError(f"{dataset}: not a dataset (no records/; make one with curate convert)")
     if not p.exists():
         raise FileNotFoundError(f"{p}: no such split (make it with `curate splits make`)")
     return pl.read_parquet(p)

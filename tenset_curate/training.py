@@ -17,10 +17,11 @@ import polars as pl
 
 from .features import FEATURE_VERSION, RowView, TaskCentredTokens, featurize, operator_classes, task_relative
 from .labels import with_labels
-from .model import _task_groups
+from .model import DEFAULT_EPOCHS, _task_groups
 from .prune import load_records, record_files
 
 MODEL_KINDS = ["attention", "mlp", "gbdt"]
+PARTS = ("train", "valid", "test")  # the parts of a split a model is scored on
 SEEN_TASK_LAMBDARANK_WEIGHT = 0.25  # attention's LambdaRank weight when the test tasks are trained on (see below)
 
 
@@ -373,7 +374,7 @@ def split_hparams(df: pl.DataFrame, kind: str, hp: dict) -> dict:
     return hp
 
 
-def fit_on_frame(df: pl.DataFrame, kind: str, seed: int = 0, epochs: int = 10, device: str = "cpu",
+def fit_on_frame(df: pl.DataFrame, kind: str, seed: int = 0, epochs: int = DEFAULT_EPOCHS, device: str = "cpu",
                  progress: bool = False, data_manifest_hash: str | None = None, balance_hardware: bool = True,
                  fine_tune: str | list[str] | None = "auto", **hp):
     """Train a ranker on the train part of a labelled frame (valid part for early stopping). With
@@ -436,15 +437,24 @@ def training_frame(dataset: Path, split: str, kind: str, max_per_task: int | Non
     return read_rows(dataset, index), hp, share
 
 
-def train_model(dataset: Path, split: str, kind: str, out: Path, epochs: int = 10, device: str = "cpu",
+def train_model(dataset: Path, split: str, kind: str, out: Path, epochs: int = DEFAULT_EPOCHS, device: str = "cpu",
                 seed: int = 0, progress: bool = True, max_per_task: int | None = None, memory_check: bool = True,
                 **hp) -> dict:
-    """Train on a split and save the model directory. ``max_per_task``: at most that many records of each task on
-    the training side (``split_index``; ``seed`` draws them too); ``memory_check``: refuse a split too big for this
-    machine's memory before reading its rows whole (``check_training_memory``). Reads ``training_frame``."""
+    """Train a ``kind`` model (``attention``, ``mlp`` or ``gbdt``) on the train part of ``split`` (its valid part,
+    if any, picks the epoch) and save the model directory ``out``; what ``curate train`` runs, with the same
+    defaults. ``epochs``: neural models only. ``max_per_task``: at most that many records of each task on the
+    training side (``split_index``; ``seed`` draws them too); ``memory_check``: refuse a split too big for this
+    machine's memory before reading its rows whole (``check_training_memory``). Reads ``training_frame``, which
+    decides by the split what ``hp`` leaves unset: ``fine_tune`` (a few-shot hardware split), ``lambdarank_weight``,
+    ``positions`` and ``diverse_top_k`` (attention); ``hp`` are the model's hyperparameters otherwise, plus
+    ``balance_hardware``. Returns {model, out, train_records, seconds, valid: {pca, top1, top5}, ...}: what it
+    decided, the hardware repeats and fine-tuning among them."""
     t0 = time.perf_counter()
-    if kind in MODEL_KINDS:
-        check_device(kind, device)
+    if kind not in MODEL_KINDS:
+        raise ValueError(f"unknown model {kind!r}; choose from {', '.join(MODEL_KINDS)}")
+    check_device(kind, device)
+    if Path(out).exists() and not Path(out).is_dir():  # refused after the training, before
+        raise FileExistsError(f"{out}: a file; the model is a directory")
     df, hp, share = training_frame(dataset, split, kind, max_per_task, seed, memory_check, **hp)
     m, d = fit_on_frame(df, kind, seed, epochs, device, progress, data_hash(dataset, split, max_per_task, seed), **hp)
     m.save(out)
@@ -484,6 +494,8 @@ def score_part(models: dict, dataset: Path, split: str, part: str = "test",
     a task's records are featurised together, as its within-task statistics need, so the predictions equal those
     of the whole part at once (tests/test_training_scale.py). Returns (``{"task_ids"`` ("hardware/task_id"),
     ``"labels"``, ``"groups"}``, ``{name: predictions}``), the part's records in the split's order."""
+    if part not in PARTS:  # refused before the split is read
+        raise ValueError(f"part {part!r}: one of {', '.join(PARTS)}")
     index = split_index(dataset, split, tasks_of=part)
     if not (index["part"] == part).any():
         raise ValueError(f"split {split} has no valid records in part {part!r}")

@@ -666,7 +666,13 @@ def test_cli_convert_info_sql(tmp_path):
     r = CliRunner().invoke(app, ["convert", str(tmp_path / "nope"), "--out", str(tmp_path / "ds2")])
     assert r.exit_code == 2 and "nope" in r.output
     r = CliRunner().invoke(app, ["info", str(tmp_path / "nope")])  # a clear error, not a FileNotFoundError traceback
-    assert r.exit_code == 2 and "no record shards" in r.output and isinstance(r.exception, SystemExit)
+    assert r.exit_code == 2 and "nope: no such dataset folder" in r.output and isinstance(r.exception, SystemExit)
+    (tmp_path / "empty").mkdir()
+    r = CliRunner().invoke(app, ["info", str(tmp_path / "empty")])
+    assert r.exit_code == 2 and "no record shards" in r.output
+    r = CliRunner().invoke(app, ["train", str(tmp_path / "nope"), "--split", "s", "--model", "gbdt", "--out",
+                                 str(tmp_path / "m")])  # it said "nope/splits/s.parquet: no such split"
+    assert r.exit_code == 2 and "nope: not a dataset" in r.output, r.output
     r = CliRunner().invoke(app, ["sql", "SELECT 1", "-d", str(tmp_path / "ds"), "-f", "arrow"])  # not a text format
     assert r.exit_code == 2 and "--format must be table, csv or json" in r.output
     # --group-mb: the default packs the small logs into one shard, a 1 MB group holds one or two of them

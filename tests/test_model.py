@@ -671,6 +671,40 @@ def test_a_device_the_model_cannot_train_on_is_refused_before_reading(tmp_path):
     assert any(x.startswith("  hardware pooling: PCA ") for x in lines)  # named by its folder
 
 
+    # found by the Python API audit (session 29): a file as --out failed after the training; a bogus part after
+    # reading the split, without naming the parts; a file as the model with a raw NotADirectoryError; and
+    # train_model trained 10 epochs where curate train trains 24
+    from tenset_curate import training
+    from tenset_curate.model import DEFAULT_EPOCHS
+    from tenset_curate.training import evaluate_model, train_model
+
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(FileExistsError, match="afile: a file; the model is a directory"):
+        train_model(ds, "within", "gbdt", tmp_path / "afile", read_nothing=True)  # refused before hp are read
+    with pytest.raises(ValueError, match="part 'bogus': one of train, valid, test"):
+        evaluate_model(tmp_path / "ok", ds, "within", part="bogus")
+    r = CliRunner().invoke(app, ["evaluate", str(tmp_path / "afile"), str(ds), "--split", "within"])
+    assert r.exit_code == 2 and "no config.json in" in r.output and isinstance(r.exception, SystemExit), r.output
+
+    seen = []
+
+    def fit_no_further(df, kind, seed=0, epochs=None, *a, **kw):
+        seen.append(epochs)
+        raise ValueError("stop here")
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(training, "fit_on_frame", fit_no_further)
+    try:
+        with pytest.raises(ValueError, match="stop here"):
+            train_model(ds, "within", "mlp", tmp_path / "e")
+        r = CliRunner().invoke(app, ["train", str(ds), "--split", "within", "--model", "mlp", "--out",
+                                     str(tmp_path / "e")])
+        assert r.exit_code == 2 and "stop here" in r.output
+    finally:
+        mp.undo()
+    assert seen == [DEFAULT_EPOCHS, DEFAULT_EPOCHS] == [24, 24]
+
+
 @pytest.mark.parametrize("kind,hp", [(AttentionRanker, {"epochs": 0}), (MLPRanker, {"epochs": -1}),
                                      (GBDTRanker, {"n_estimators": 0}), (AttentionRanker, {"diverse_top_k": -1}),
                                      (AttentionRanker, {"lambdarank_weight": -0.5}),

@@ -41,6 +41,29 @@ def test_pca_report_is_reproducible_whatever_simd_code_the_cpu_gets(tmp_path, mo
         "reports/pca.md is stale: rerun `curate report pca` and commit it"
 
 
+def test_pca_report_refuses_bad_arguments_at_once_and_raises_its_process_errors_as_themselves(tmp_path):
+    """Found by the Python API audit (session 29): every failure was RuntimeError("... portable-numerics process
+    (exit 1)" + the child's traceback), and epochs=0 was refused after copying, pruning and splitting."""
+    from typer.testing import CliRunner
+
+    from tenset_curate.cli import app
+    from tenset_curate.readers import InputError
+    from tenset_curate.report import pca_report
+
+    for kw, err, match in (({"dataset": tmp_path / "nope"}, FileNotFoundError, "nope: no such dataset or logs"),
+                           ({"epochs": 0}, ValueError, "epochs 0: an integer, at least 1"),
+                           ({"ratio": 1.5}, ValueError, "ratio 1.5: the fraction removed")):
+        with pytest.raises(err, match=match):
+            pca_report(**{"dataset": REPO / "data" / "sample-cpu", "out": tmp_path / "r.md", **kw})
+    (tmp_path / "empty").mkdir()  # no logs in it: refused by convert, inside the fresh process
+    with pytest.raises(InputError, match="no logs found in"):
+        pca_report(tmp_path / "empty", tmp_path / "r.md")
+    r = CliRunner().invoke(app, ["report", "pca", "--dataset", str(tmp_path / "empty"), "--out",
+                                 str(tmp_path / "r.md")])
+    assert r.exit_code == 2 and "error: no logs found in" in r.output and isinstance(r.exception, SystemExit)
+    assert not (tmp_path / "r.md").exists()
+
+
 def test_mkl_free_numerics_computes_what_torch_computes():
     """Each replacement agrees with torch's own function, values and gradients, in the shapes the models use (the
     row-blocked product included), and the MKL vector functions without an MKL-free form refuse to run."""
