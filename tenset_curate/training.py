@@ -17,7 +17,7 @@ import polars as pl
 
 from .features import FEATURE_VERSION, RowView, TaskCentredTokens, featurize, operator_classes, task_relative
 from .labels import with_labels
-from .model import DEFAULT_EPOCHS, _task_groups
+from .model import _KINDS, DEFAULT_EPOCHS, _task_groups
 from .prune import load_records, record_files
 
 MODEL_KINDS = ["attention", "mlp", "gbdt"]
@@ -381,7 +381,8 @@ def fit_on_frame(df: pl.DataFrame, kind: str, seed: int = 0, epochs: int = DEFAU
     ``balance_hardware`` (the default), a hardware with far fewer training records than another has its records
     repeated (``hardware_repeats``). Then, for the hardware ``fine_tune_hardware`` names (by default: few-shot
     splits' target hardware), the model goes on training on those hardware's training records alone
-    (``Ranker.fine_tune``, early stopping on their validation records) and ``model.fine_tuned`` records it.
+    (``Ranker.fine_tune``, early stopping on their validation records) and ``model.fine_tuned`` records it; the
+    neural models fine-tune for their ``finetune_epochs``, at most ``epochs`` unless ``hp`` sets it.
 
     Measured on K80 + 10% of MI50, MI50 tested (``benchmarks/model_splits.py --splits k80_mi50_fs10``, seed 0;
     PCA / top-1 / top-5, without -> with fine-tuning): attention 0.831 / 0.909 / 0.956 -> 0.841 / 0.916 / 0.967,
@@ -393,6 +394,9 @@ def fit_on_frame(df: pl.DataFrame, kind: str, seed: int = 0, epochs: int = DEFAU
     The attention model's ``lambdarank_weight``, ``diverse_top_k`` and ``positions`` default to ``"auto"``:
     ``lambdarank_weight_for``, ``diverse_top_k_for`` and ``positions_for`` the split."""
     hp = split_hparams(df, kind, hp)
+    default_ft = _KINDS[kind]._defaults.get("finetune_epochs") if kind in _KINDS else None
+    if default_ft is not None and "finetune_epochs" not in hp:  # a run of --epochs 1 fine-tuned for 8
+        hp["finetune_epochs"] = min(default_ft, int(epochs))
     d = arrays(df)
     part = df["part"].to_numpy()
     m = make_model(kind, seed, epochs, device, progress, data_manifest_hash=data_manifest_hash, **hp)

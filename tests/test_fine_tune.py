@@ -109,6 +109,9 @@ def test_mlp_fine_tunes_too_and_cli_reports_it(ds, tmp_path):
     assert r.exit_code == 0, r.output
     s = json.loads(r.output)
     assert s["fine_tuned"]["hardware"] == ["roller-mi50"] and s["fine_tuned"]["records"] > 0
+    # fine-tuning runs no more epochs than the training (--epochs 2 fine-tuned for the default 8)
+    history = json.loads((tmp_path / "m" / "config.json").read_text())["history"]
+    assert sum(h.get("phase") == "fine-tune" for h in history) == 2
     r = CliRunner().invoke(app, ["train", str(ds), "--split", "fs", "--model", "mlp", "--out", str(tmp_path / "n"),
                                  "--epochs", "1", "--fine-tune", "roller-a100"])
     assert r.exit_code == 2 and "roller-a100" in r.output and "no training records" in r.output
