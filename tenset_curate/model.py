@@ -201,8 +201,8 @@ KIND_OCCURRENCES = 16  # positions="kind": occurrences of one primitive told apa
 KIND_CHUNK = 16384  # kind_positions' records per chunk: a [chunk, L, D] float32 slice is 134 MB at L=64, D=32
 
 
-# the least value each of these hyper-parameters takes (any model that has it)
 DEFAULT_EPOCHS = 24  # curate train, train_model and curate run's train step (the attention defaults were tuned at 24)
+# the least value each of these hyper-parameters takes (any model that has it)
 HPARAM_MINIMUMS = {"epochs": 1, "n_estimators": 1, "finetune_epochs": 0, "finetune_rounds": 0,
                    "lambdarank_weight": 0, "diverse_top_k": 0, "patience": 0}
 

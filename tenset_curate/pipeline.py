@@ -518,7 +518,8 @@ def step_train(p: dict, workdir: Path, base: Path, workers: int, log, exe: dict)
         for kind in p.get("models", ["gbdt", "attention"]):
             hp = {"fine_tune": auto["fine_tune"], **({k: auto[k] for k in SPLIT_HPARAMS} if kind == "attention"
                                                       else {}), **p.get(kind, {})}
-            m, _ = fit_on_frame(df, kind, seed=seed, epochs=int(p.get("epochs", DEFAULT_EPOCHS)), device=p.get("device", "cpu"),
+            m, _ = fit_on_frame(df, kind, seed=seed, epochs=int(p.get("epochs", DEFAULT_EPOCHS)),
+                                device=p.get("device", "cpu"),
                                 data_manifest_hash=data_hash(workdir / "convert", split, cap, seed), **hp)
             m.save(out / f"{kind}-{data}")
             trained.append(f"{kind}-{data}")

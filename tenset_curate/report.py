@@ -29,6 +29,7 @@ import contextlib
 import importlib
 import json
 import math
+import numbers
 import os
 import platform
 import shutil
@@ -294,7 +295,7 @@ def pca_report(dataset: Path, out: Path, epochs: int = 24, ratio: float = 0.45, 
 
     check_prune_args(ratio, "hybrid", seed)
     for name, v in (("epochs", epochs), ("workers", workers)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        if not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < 1:
             raise ValueError(f"{name} {v!r}: an integer, at least 1")
     if not Path(dataset).exists():
         raise FileNotFoundError(f"{dataset}: no such dataset or logs")
