@@ -125,7 +125,7 @@ def info(dataset: Path = typer.Argument(...), json_out: bool = typer.Option(Fals
     typer.echo(f"{'hardware':<24}{'operator':<14}{'records':>9}{'tasks':>7}{'failed':>9}")
     for r in s["by_hardware_operator"]:
         typer.echo(f"{r['hardware']:<24}{r['op_class']:<14}{r['records']:>9}{r['tasks']:>7}{r['failure_rate']:>9.2%}")
-    _warn_several_targets(s["target_kinds"])
+    _warn_several_targets(s["targets"])
 
 
 def _message(e: Exception) -> str:
@@ -133,13 +133,14 @@ def _message(e: Exception) -> str:
     return str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
 
 
-def _warn_several_targets(kinds: dict) -> None:
-    """A warning per hardware name whose records have several target kinds (``kinds``: name -> kinds)."""
-    for hw, ks in kinds.items():
-        if len(ks) > 1:
-            typer.echo(f"warning: hardware {hw} holds records of {len(ks)} target kinds ({', '.join(ks)}): one "
-                       "name for several machines. Name them apart: --hardware per folder, -model= in the target, or "
-                       "a measure_records/<hardware>/ layout", err=True)
+def _warn_several_targets(targets: dict) -> None:
+    """A warning per hardware name whose records have several devices (``targets``: name -> readers.device_of)."""
+    for hw, ts in targets.items():
+        if len(ts) > 1:
+            typer.echo(f"warning: hardware {hw} holds records of {len(ts)} targets ({', '.join(ts)}): one name for "
+                       "several machines, which labels (one best cost per task) and hardware-wise splits take as one. "
+                       "Name them apart: --hardware per folder, -model= in the target, or a "
+                       "measure_records/<hardware>/ layout", err=True)
 
 
 @app.command()

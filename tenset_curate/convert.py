@@ -42,10 +42,12 @@ import pyarrow as pa
 from . import __version__
 from .executors import map_unordered, process_pool, resolve_executor
 from .readers import (
+    DEVICE_ATTRS,
     FileStats,
     InputError,
     _Sink,
     detect_format,
+    device_of,
     hardware_context,
     quarantine_table,
     read_ansor,
@@ -358,7 +360,7 @@ def _read_unit_into(unit: Unit, gkey: str, out: Path, hardware: str | None, writ
         else:
             batches = read_ansor(unit.paths[0], unit.label, hw, sink)
         task_targets: set = set()  # (workload_key, target, target_kind) of the records: the collector's network rows
-        kinds: dict[str, set] = {}  # hardware name -> the target kinds of its records (llvm, cuda, ...)
+        kinds: dict[str, set] = {}  # hardware name -> the devices of its records (readers.device_of)
         for b in batches:
             if len(unit.paths) > 2:
                 task_targets.update(zip(*(b.column(c).to_pylist() for c in ("workload_key", "target", "target_kind"))))
@@ -366,7 +368,10 @@ def _read_unit_into(unit: Unit, gkey: str, out: Path, hardware: str | None, writ
             names = hw_col.unique().to_pylist()
             for name in names:
                 part = b if len(names) == 1 else b.filter(pa_equal(hw_col, name))
-                kinds.setdefault(name, set()).update(k for k in part.column("target_kind").unique().to_pylist() if k)
+                cols = [f"target_{c}" for c in ("kind", *DEVICE_ATTRS)]
+                devs = pa.Table.from_batches([part.select(cols)]).group_by(cols).aggregate([]).to_pylist()
+                kinds.setdefault(name, set()).update(device_of(*(d[c] for c in cols)) for d in devs
+                                                     if d["target_kind"])
                 # keyed by folder: two names that map to one folder share its shard (the column keeps the name)
                 rel = f"records/hardware={_safe_part(name)}/part-{gkey}.parquet"
                 w = writers.get(rel)
@@ -374,7 +379,7 @@ def _read_unit_into(unit: Unit, gkey: str, out: Path, hardware: str | None, writ
                     w = writers[rel] = AtomicParquetWriter(out / rel, RECORD_SCHEMA)
                 w.write(part)
         sink.stats.check()
-        extra = {"target_kinds": {h: sorted(k) for h, k in sorted(kinds.items())}}
+        extra = {"targets": {h: sorted(k) for h, k in sorted(kinds.items())}}
         if unit.kind == "metaschedule":
             ws: FileStats = sink.workload_stats
             ws.check()
@@ -564,7 +569,7 @@ def convert(inputs: list, out: Path, hardware: str | None = None, workers: int =
                                                          "format": r["kind"], "hardware_override": hardware,
                                                          **r["stats"], "outputs": res["outputs"],
                                                          **{k: r[k] for k in ("workload_file", "network_file",
-                                                                              "target_kinds") if k in r}}
+                                                                              "targets") if k in r}}
                             done += 1
                         bar.update(1)
                     if time.monotonic() - last_save > 2.0:
@@ -706,11 +711,11 @@ def _build_catalog(out: Path) -> bool:
 
 def summarize(manifest: dict) -> dict:
     """Totals over the manifest: lines, rows, quarantined, comments, failed, per hardware and rule; the hardware
-    names that cover records of several target kinds."""
+    names that cover records of several devices (``readers.device_of``)."""
     tot = {"lines": 0, "rows": 0, "quarantined": 0, "comments": 0, "failed": 0}
     per_hw: dict[str, int] = {}
     rules: dict[str, int] = {}
-    kinds: dict[str, set] = {}  # hardware -> target kinds (inputs converted before the field existed have none)
+    kinds: dict[str, set] = {}  # hardware -> devices (inputs converted before the field existed: target kinds or none)
     side_rows = 0  # workload entries of collectors' workloads.json files that became network rows
     for e in manifest["inputs"].values():
         for k in tot:
@@ -731,15 +736,16 @@ def summarize(manifest: dict) -> dict:
             per_hw[h] = per_hw.get(h, 0) + n
         for r, n in e.get("hardware_rules", {}).items():
             rules[r] = rules.get(r, 0) + n
-        for h, ks in e.get("target_kinds", {}).items():
+        for h, ks in e.get("targets", e.get("target_kinds", {})).items():
             kinds.setdefault(h, set()).update(ks)
         tot["network_rows"] = tot.get("network_rows", 0) + e.get("network_rows", 0)
     if side_rows:
         tot["network_entries"] = side_rows
     tot["balanced"] = (tot["rows"] + tot["quarantined"] + tot["comments"] + tot.get("workload_rows", 0) + side_rows
                        == tot["lines"])
-    # one name over records of several target kinds (a folder of CPU and GPU logs named by the folder): one
-    # "hardware" that is several machines, which hardware-wise splits and per-hardware labels then treat as one
+    # one name over records of several devices (a folder of CPU and GPU logs, or of two GPUs, named by the folder):
+    # one "hardware" that is several machines, whose labels then take one best cost over both (TenSet's are per
+    # (workload key, target)) and which hardware-wise splits treat as one
     mixed = {h: sorted(ks) for h, ks in sorted(kinds.items()) if len(ks) > 1}
     return {"totals": tot, "rows_per_hardware": dict(sorted(per_hw.items())),
             "hardware_rules": dict(sorted(rules.items())), "inputs": len(manifest["inputs"]),

@@ -6,6 +6,7 @@ from pathlib import Path
 import polars as pl
 
 from .features import operator_classes
+from .readers import DEVICE_ATTRS, device_of
 
 
 def dataset_info(dataset: Path) -> dict:
@@ -16,8 +17,9 @@ def dataset_info(dataset: Path) -> dict:
 
     dataset = Path(dataset)
     lf = pl.scan_parquet(record_files(dataset))
+    cols = [f"target_{c}" for c in ("kind", *DEVICE_ATTRS)]
     recs = lf.select("hardware", "task_id", "workload_name", "workload_key", "source_file", "is_valid",
-                     "target_kind").collect()
+                     *cols).collect()
     ops = operator_classes(recs)
     j = recs.join(ops, on="task_id", how="left")
     by = (j.group_by("hardware", "op_class").agg(pl.len().alias("records"), pl.col("task_id").n_unique().alias("tasks"),
@@ -28,6 +30,9 @@ def dataset_info(dataset: Path) -> dict:
     return {"dataset": str(dataset), "records": recs.height, "tasks": recs.select("hardware", "task_id").n_unique(),
             "quarantined": nq, "by_hardware_operator": by.to_dicts(),
             "op_rules": dict(ops.group_by("op_rule").len().sort("op_rule").iter_rows()),
-            # per hardware, the target kinds of its records: more than one is one name for several machines
+            # per hardware, the target kinds and the devices (readers.device_of) of its records: more than one is
+            # one name for several machines
             "target_kinds": {h: k for h, k in recs.group_by("hardware").agg(
-                pl.col("target_kind").drop_nulls().unique().sort()).sort("hardware").iter_rows()}}
+                pl.col("target_kind").drop_nulls().unique().sort()).sort("hardware").iter_rows()},
+            "targets": {h: sorted(device_of(*d) for d in set(zip(*devs)) if d[0]) for h, *devs in recs.select(
+                "hardware", *cols).group_by("hardware").agg(cols).sort("hardware").iter_rows()}}

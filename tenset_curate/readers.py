@@ -120,6 +120,16 @@ def _as_int(v):
     return x
 
 
+DEVICE_ATTRS = ("arch", "mcpu", "model", "mtriple")  # the target attributes that tell one machine from another
+
+
+def device_of(kind: str | None, *attrs: str | None) -> str:
+    """A target as a device: its kind and whichever of ``DEVICE_ATTRS`` (in that order) it names, for example
+    ``cuda -arch=sm_86`` or ``llvm -mcpu=znver4``. Two logs of one task on devices that differ here are two
+    machines: TenSet keys a task by (workload key, target) and takes each one's best cost apart."""
+    return " ".join([kind or "?"] + [f"-{a}={v}" for a, v in zip(DEVICE_ATTRS, attrs) if v])
+
+
 @lru_cache(maxsize=4096)
 def parse_target(target: str) -> tuple:
     """Parse a TVM target, either the old command-line string (``cuda -keys=cuda,gpu -arch=sm_80``) or a JSON dict.

@@ -565,9 +565,11 @@ def test_two_inputs_of_one_name_are_refused_and_one_input_given_twice_counts_onc
                                       if x.strip())
 
 
-def test_one_hardware_name_over_several_target_kinds_is_reported(tmp_path):
+def test_one_hardware_name_over_several_devices_is_reported(tmp_path):
     """ansor/bennu holds CPU (llvm) and GPU (cuda) logs; named by the folder, they became one hardware 'bennu' without
-    a word. The summary names such hardware, and the CLI warns."""
+    a word. The summary names such hardware, and the CLI warns. Found by the reader audit (session 29): two GPUs of
+    one kind (tvm-ci-logs: cuda and cuda -arch=sm_86) under one name were not reported, and their labels share one
+    best cost per task (TenSet's task is (workload key, target))."""
     from typer.testing import CliRunner
 
     from tenset_curate.cli import app
@@ -576,11 +578,22 @@ def test_one_hardware_name_over_several_target_kinds_is_reported(tmp_path):
     s = convert([REAL / "ansor" / "bennu"], tmp_path / "ds")
     kinds = load_records(tmp_path / "ds", ["hardware", "target_kind"]).group_by("hardware").agg(
         pl.col("target_kind").unique().sort())
-    assert s["hardware_of_several_targets"] == {r[0]: r[1] for r in kinds.iter_rows()} == {"bennu": ["cuda", "llvm"]}
+    assert {r[0]: r[1] for r in kinds.iter_rows()} == {"bennu": ["cuda", "llvm"]}
+    assert s["hardware_of_several_targets"] == {"bennu": ["cuda -arch=sm_80", "llvm"]}
+    want = "warning: hardware bennu holds records of 2 targets (cuda -arch=sm_80, llvm): one name for several machines"
     r = CliRunner().invoke(app, ["convert", str(REAL / "ansor" / "bennu"), "--out", str(tmp_path / "ds")])
-    assert r.exit_code == 0 and "warning: hardware bennu holds records of 2 target kinds (cuda, llvm)" in r.output
+    assert r.exit_code == 0 and want in r.output
     r = CliRunner().invoke(app, ["info", str(tmp_path / "ds")])  # from the records: datasets of before too
-    assert r.exit_code == 0 and "warning: hardware bennu holds records of 2 target kinds (cuda, llvm)" in r.output
+    assert r.exit_code == 0 and want in r.output
+    # one kind, two devices: the targets' own strings, not only their kinds, tell the machines apart
+    ci = convert([REAL / "ansor" / "tvm-ci-logs"], tmp_path / "ci")
+    targets = set(load_records(tmp_path / "ci", ["target"])["target"])
+    assert any("-arch=sm_86" in t for t in targets) and any(t.startswith("cuda") and "-arch" not in t for t in targets)
+    assert ci["hardware_of_several_targets"]["tvm-ci-logs"] == ["cuda", "cuda -arch=sm_86", "llvm",
+                                                                "llvm -mcpu=core-avx2"]
+    from tenset_curate.dataset_info import dataset_info
+
+    assert dataset_info(tmp_path / "ci")["targets"] == ci["hardware_of_several_targets"]
     one = convert([REAL / "ansor" / "roller-k80" / "pooling"], tmp_path / "k80")
     assert one["hardware_of_several_targets"] == {}
 
