@@ -120,6 +120,9 @@ def _as_int(v):
     return x
 
 
+# every step kind TVM's auto_scheduler writes (src/auto_scheduler/transform_step.cc, StepReadFromRecord): another
+# kind makes TVM's own reader fail the line, so it is quarantined (_scan.c keeps the same list)
+ANSOR_STEP_KINDS = frozenset({"AN", "FU", "PR", "RE", "SP", "FSP", "FFSP", "SA", "CA", "CI", "CR", "CHR", "CHW", "RF"})
 DEVICE_ATTRS = ("arch", "mcpu", "model", "mtriple")  # the target attributes that tell one machine from another
 
 
@@ -401,6 +404,8 @@ class _Columns:
         for s in steps:
             if type(s) is not list or not s or type(s[0]) is not str:
                 raise ValueError(f"step is not a list starting with its kind: {str(s)[:60]}")
+            if s[0] not in ANSOR_STEP_KINDS:
+                raise ValueError(f"unknown step kind {s[0][:20]!r} (TVM writes {', '.join(sorted(ANSOR_STEP_KINDS))})")
             kinds.append(s[0])
             for a in s[1:]:
                 t = type(a)

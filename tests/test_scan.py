@@ -280,13 +280,15 @@ def _cases() -> dict[str, tuple[bytes, bool | None]]:
         "error_no 2**31": (with_r_tail(b'2147483648, 1.5, 1600000000'), False),
         "error_no 7 all_cost null ts float": (with_r_tail(b"7, null, 1600000000.25"), True),
         "all_cost string": (with_r_tail(b'0, "x", 1600000000'), False),
-        "step null arg": (s[:first_step] + b'["XX", null, true, false, 2.5, "s", [1, null, true]], ' +
+        "step null arg": (s[:first_step] + b'["AN", null, true, false, 2.5, "s", [1, null, true]], ' +
                           s[first_step:], True),
+        # a kind TVM does not write: its reader fails the line (StepReadFromRecord), so both quarantine it
+        "step kind unknown": (s[:first_step] + b'["ZZ", 1, 2], ' + s[first_step:], False),
         "step float in list": (s[:first_step] + b'["XX", [1.5]], ' + s[first_step:], False),
         "step object arg": (s[:first_step] + b'["XX", {}], ' + s[first_step:], False),
         "step without kind": (s[:first_step] + b"[1, 2], " + s[first_step:], False),
         "empty step": (s[:first_step] + b"[], " + s[first_step:], False),
-        "step kind escaped": (s[:first_step] + b'["X\\"Y", 1], ' + s[first_step:], True),
+        "step kind escaped": (s[:first_step] + b'["X\\"Y", 1], ' + s[first_step:], False),
         "deep nesting": (sub(b'"v": "v0.6"', b'"v": "v0.6", "x": ' + b"[" * 200 + b"]" * 200), False),
         "trailing garbage": (s + b" x", False),
         "trailing spaces": (s + b"  \t", True),
