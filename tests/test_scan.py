@@ -499,3 +499,27 @@ def test_ms_trace_matches_the_python_path():
     assert real == n_real
     assert taken > n_real + 500  # mutated traces it is sure of are taken too
     assert handed_back_valid > 50  # and the unusual valid ones (dicts, deep nesting, ...) go to the Python path
+
+
+def test_the_scanner_knows_the_step_kinds_the_python_reader_knows(tmp_path):
+    """_scan.c keeps its own copy of readers.ANSOR_STEP_KINDS: every kind on the list is a row on both paths, and
+    the two lists are the same (a kind only the scanner knew would be a row there and quarantined here)."""
+    import re
+
+    from tenset_curate.readers import ANSOR_STEP_KINDS
+
+    src = (Path(__file__).resolve().parents[1] / "tenset_curate" / "_scan.c").read_text()
+    array = src[src.index("static int known_step_kind"):]
+    array = array[array.index("{", array.index("kinds[]")): array.index("};")]
+    assert set(re.findall(r'"([A-Z]+)"', array)) == ANSOR_STEP_KINDS
+    s = _seed()
+    first_step = s.index(b"[[\"", s.index(b"[[], [")) + 1
+    lines = [s[:first_step] + f'["{k}", 0, 1], '.encode() + s[first_step:] for k in sorted(ANSOR_STEP_KINDS)]
+    p = tmp_path / "kinds.json"
+    p.write_bytes(assemble(lines))
+    both = read_both(p)
+    assert_same(*both)
+    with pure_python(True):
+        sink, tbl = run_ansor(p, "kinds.json")
+    assert tbl.num_rows == len(ANSOR_STEP_KINDS) and sink.stats.quarantined == 0
+    assert _slow_lines(assemble(lines))[2] == 0  # and the scanner took every one itself
