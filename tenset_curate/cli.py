@@ -4,6 +4,7 @@ Core commands (convert, sql, info, prune, splits) import neither torch nor tvm.
 """
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -34,6 +35,34 @@ def _fail(msg: str, code: int = 2):
 
 def _log(msg: str) -> None:
     typer.echo(msg, err=True)
+
+
+@app.callback()
+def _commands(ctx: typer.Context) -> None:
+    # for the command's run: the package's own warnings (storage.DatasetBeingWritten, a dataset read while a writer
+    # holds it) print as "warning: ..." like the CLI's others, every time, not as Python's "file:line: Category:
+    # ..." once per place; the warnings state is put back after
+    ctx.with_resource(_own_warnings_as_messages())
+
+
+@contextlib.contextmanager
+def _own_warnings_as_messages():
+    import warnings
+
+    from .storage import DatasetBeingWritten
+
+    with warnings.catch_warnings():
+        shown = warnings.showwarning
+
+        def show(message, category, *a, **kw):
+            if issubclass(category, DatasetBeingWritten):
+                typer.echo(f"warning: {message}", err=True)
+            else:
+                shown(message, category, *a, **kw)
+
+        warnings.showwarning = show
+        warnings.simplefilter("always", DatasetBeingWritten)
+        yield
 
 
 @app.command()
@@ -93,14 +122,8 @@ def sql(
     """Run a read-only SQL query over a dataset's catalog (records, quarantine, tasks, split_<name>, ...)."""
     from .catalog import SQLRefused, run_sql
 
-    from .storage import writer_of
-
     if fmt not in ("table", "csv", "json"):  # run_sql's "arrow" is a Python object, not text to print
         _fail(f"--format must be table, csv or json, not {fmt!r}")
-    holder = writer_of(dataset)
-    if holder:  # the views re-read the shards, which a writer replaces one group at a time
-        typer.echo(f"warning: {dataset} is being written ({holder}): the answer may count a state between two "
-                   "runs; ask again when it is done", err=True)
     try:
         typer.echo(run_sql(dataset, query, fmt=fmt), nl=False)
     except SQLRefused as e:

@@ -222,9 +222,13 @@ SIDE_TABLES = ("workloads", "networks")  # per-task tables of a dataset, copied 
 
 
 def record_files(dataset: Path) -> list[Path]:
-    """A dataset's record shards, sorted; FileNotFoundError naming the dataset when it has none (or is no folder)."""
+    """A dataset's record shards, sorted; FileNotFoundError naming the dataset when it has none (or is no folder), a
+    ``storage.DatasetBeingWritten`` warning while a writer holds it."""
+    from .storage import warn_if_written
+
     if not Path(dataset).is_dir():
         raise FileNotFoundError(f"{dataset}: no such dataset folder")
+    warn_if_written(dataset)
     files = sorted((Path(dataset) / "records").glob("*/*.parquet"))
     if not files:
         raise FileNotFoundError(f"{dataset}: no record shards under records/ (run curate convert first)")

@@ -8,7 +8,8 @@
   is byte-identical to a single run over all inputs (manifest consistent, every shard readable, no orphans).
 - Readers never take the lock: DuckDB querying ``read_parquet('<out>/records/*/*.parquet')`` in a loop, and
   ``tenset_curate.catalog.run_sql`` when that module exists, keep working (no error, never a partial file, the
-  row count never goes down) while a writer adds inputs.
+  row count never goes down) while a writer adds inputs; ``run_sql`` warns (``DatasetBeingWritten``) while the
+  writer holds the dataset, and not after.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import duckdb
@@ -27,7 +29,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tenset_curate.convert import convert
-from tenset_curate.storage import LockedError
+from tenset_curate.storage import DatasetBeingWritten, LockedError
 
 from _outputs import assert_same_content  # noqa: E402
 
@@ -224,7 +226,7 @@ def test_readers_keep_working_during_a_write(logs, tmp_path):
     for f in (REAL / "metaschedule" / "mlc-llm-vicuna-metal").iterdir():
         shutil.copyfile(f, ms / f.name)
     stop = threading.Event()
-    seen: dict = {"duckdb": [], "run_sql": [], "errors": []}
+    seen: dict = {"duckdb": [], "run_sql": [], "errors": [], "warned": []}
 
     def read_loop():
         con = duckdb.connect()
@@ -234,8 +236,11 @@ def test_readers_keep_working_during_a_write(logs, tmp_path):
                                 f"read_parquet('{out}/records/*/*.parquet')").fetchone()
                 seen["duckdb"].append(n[0])
                 if catalog is not None:
-                    t = catalog.run_sql(out, "SELECT count(*) AS n FROM records", fmt="arrow")
+                    with warnings.catch_warnings(record=True) as w:  # only this thread warns while the test waits
+                        warnings.simplefilter("always", DatasetBeingWritten)
+                        t = catalog.run_sql(out, "SELECT count(*) AS n FROM records", fmt="arrow")
                     seen["run_sql"].append(t.column("n")[0].as_py())
+                    seen["warned"].append(any(issubclass(x.category, DatasetBeingWritten) for x in w))
             except Exception as e:  # noqa: BLE001 - every failure is a test failure, reported below
                 seen["errors"].append(f"{type(e).__name__}: {e}")
             time.sleep(0.01)
@@ -265,4 +270,6 @@ def test_readers_keep_working_during_a_write(logs, tmp_path):
     if catalog is not None:
         assert seen["run_sql"] and seen["run_sql"][-1] == final
         assert seen["run_sql"] == sorted(seen["run_sql"])
+        # the reads during the write were warned that they may see a state between two runs; the last, after it, not
+        assert any(seen["warned"]) and not seen["warned"][-1]
     assert_consistent(out)

@@ -282,7 +282,8 @@ def test_convert_keeps_the_records_of_a_pruned_or_older_dataset(tmp_path):
 
 def test_convert_says_which_splits_it_outdated_and_sql_warns_during_a_write(tmp_path):
     """After an incremental convert the splits made before it leave the new records in no part, and said nothing;
-    a query while a writer holds the dataset counted a state between two runs, and said nothing either."""
+    a query while a writer holds the dataset counted a state between two runs, and said nothing either (now every
+    reader of records warns: curate sql, info, train, prune, through prune.record_files and run_sql)."""
     from typer.testing import CliRunner
 
     from tenset_curate.cli import app
@@ -303,10 +304,24 @@ def test_convert_says_which_splits_it_outdated_and_sql_warns_during_a_write(tmp_
     assert writer_of(ds) is None
     with dataset_lock(ds, what="curate convert (test)"):
         assert "curate convert (test)" in writer_of(ds)
-        r = CliRunner().invoke(app, ["sql", "SELECT count(*) AS n FROM records", "-d", str(ds), "-f", "csv"])
-        assert r.exit_code == 0 and "warning: " in r.output and "is being written" in r.output, r.output
+        for _ in range(2):  # every time, not once per place as Python shows a warning
+            r = CliRunner().invoke(app, ["sql", "SELECT count(*) AS n FROM records", "-d", str(ds), "-f", "csv"])
+            assert r.exit_code == 0 and "warning: " in r.output and "is being written" in r.output, r.output
+        # every reader of records, not only curate sql (a training read a state between two runs without a word)
+        r = CliRunner().invoke(app, ["info", str(ds)])
+        assert r.exit_code == 0 and f"warning: {ds} is being written" in r.output, r.output
+        from tenset_curate.prune import load_records
+        from tenset_curate.storage import DatasetBeingWritten
+
+        with pytest.warns(DatasetBeingWritten, match="curate convert \\(test\\)"):
+            load_records(ds, ["record_id"])
     r = CliRunner().invoke(app, ["sql", "SELECT count(*) AS n FROM records", "-d", str(ds), "-f", "csv"])
     assert r.exit_code == 0 and "warning" not in r.output
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DatasetBeingWritten)
+        load_records(ds, ["record_id"])  # no writer: no warning
 
 
 def test_groups_pack_logs_and_a_changed_log_leaves_its_group(tmp_path):
