@@ -126,6 +126,7 @@ def _convert(blobs: list[bytes], lens: np.ndarray) -> tuple[pa.ListArray, dict[i
         outs.append(_fast_chunk(buf[o0:int(off[b]) + 16], off[a:b + 1] - o0, slow[a:b]))
 
     fast = _assemble(outs, n)
+    slow |= _of_unknown_kinds(fast, n)  # the reference quarantines them, naming the kind
     if not slow.any():
         return fast, {}
     # slow records: the reference's Python logic, merged back in record order
@@ -136,6 +137,20 @@ def _convert(blobs: list[bytes], lens: np.ndarray) -> tuple[pa.ListArray, dict[i
     perm[slow_idx] = n + np.arange(len(slow_idx))
     merged = pa.concat_arrays([fast, slow_arr]).take(pa.array(perm))
     return merged, bad
+
+
+def _of_unknown_kinds(arr: pa.ListArray, n: int) -> np.ndarray:
+    """Per record: whether one of its steps has a kind TVM does not write (``readers.ANSOR_STEP_KINDS``)."""
+    import pyarrow.compute as pc
+
+    from .readers import ANSOR_STEP_KINDS
+
+    out = np.zeros(n, dtype=bool)
+    kinds = pc.list_flatten(arr).field("kind")
+    unknown = pc.invert(pc.is_in(kinds, value_set=pa.array(sorted(ANSOR_STEP_KINDS)))).to_numpy(zero_copy_only=False)
+    if unknown.any():
+        out[pc.list_parent_indices(arr).to_numpy()[unknown]] = True
+    return out
 
 
 def _fast_chunk(cb: np.ndarray, coff: np.ndarray, slow: np.ndarray) -> dict:
