@@ -29,6 +29,7 @@ executor ran it and with however many workers.
 from __future__ import annotations
 
 import os
+import time
 from contextlib import contextmanager, nullcontext
 from typing import Callable, Iterable, Iterator
 
@@ -115,22 +116,64 @@ def process_pool(executor: str, workers: int):
     from concurrent.futures import ProcessPoolExecutor
 
     pool = ProcessPoolExecutor(max_workers=workers - 1, mp_context=multiprocessing.get_context("forkserver"),
-                               initializer=_one_thread_each)
+                               initializer=_worker_start, initargs=(os.getpid(),))
     try:
         yield pool
-    finally:
+    except BaseException:
+        # Ctrl-C or an error: the workers are stopped, not waited for (shutdown waited for the item each was on,
+        # and a Ctrl-C that reached a worker mid-item once left the command hung in shutdown, holding its lock)
+        procs = list((getattr(pool, "_processes", None) or {}).values())  # shutdown forgets them
+        for p in procs:
+            p.terminate()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    else:
         pool.shutdown(cancel_futures=True)
 
 
 THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "POLARS_MAX_THREADS")
 
 
-def _one_thread_each() -> None:
-    """Pool worker start-up: one thread per library (BLAS, OpenMP, Polars), as Ray does for its workers, so
-    ``workers`` processes use ``workers`` cores instead of each spreading over all of them. Runs before the task's
-    module imports NumPy or Polars (a forkserver child starts without them); a value the user set is kept."""
+def _worker_start(parent: int) -> None:
+    """Pool worker start-up.
+
+    - One thread per library (BLAS, OpenMP, Polars), as Ray does for its workers, so ``workers`` processes use
+      ``workers`` cores instead of each spreading over all of them. Runs before the task's module imports NumPy or
+      Polars (a forkserver child starts without them); a value the user set is kept.
+    - Ctrl-C is the command's to handle (the terminal sends it to every process of the group): a worker ignores it
+      and is stopped by ``process_pool``, instead of printing its own KeyboardInterrupt traceback.
+    - A worker whose command died without stopping it (kill -9, the OOM killer) exits within a second: it kept the
+      command's stdout open, so a caller reading the output (``| tee``) never finished."""
+    import signal
+    import threading
+
     for k in THREAD_ENV:
         os.environ.setdefault(k, "1")
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def watch() -> None:
+        while _alive(parent):
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs: a killed process whose parent has not reaped it yet (a zombie) does not."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rpartition(b")")[2].split()[0] not in (b"Z", b"X")
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc: ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass
+        return True
 
 
 def _local_pool(fn, items, workers, shared=None):

@@ -116,3 +116,71 @@ def test_an_address_sends_convert_and_prune_to_ray(k80_three_logs_dataset, tmp_p
     assert sent == ["auto"] * 3
     prune(k80_three_logs_dataset, tmp_path / "q", 0.45, "random")  # no address: local, as before
     assert sent == ["auto"] * 3
+
+
+SLEEPER = """
+import sys, time
+from tenset_curate.executors import map_unordered
+from tenset_curate.storage import dataset_lock
+
+def nap(x):
+    time.sleep(120)
+    return x
+
+if __name__ == "__main__":
+    with dataset_lock(sys.argv[1], what="sleeper"):
+        results = map_unordered(nap, range(4), workers=2)
+        print("started", flush=True)
+        list(results)
+"""
+
+
+def _sleeper(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "sleeper.py"
+    script.write_text(SLEEPER)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    p = subprocess.Popen([sys.executable, str(script), str(tmp_path / "ds")], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, start_new_session=True, env=env)
+    assert p.stdout.readline() == b"started\n"
+    time.sleep(1.0)  # the pool process is on its item
+    return p
+
+
+def _group_left(pgid: int) -> list[str]:
+    """Live (not zombie) processes of a process group."""
+    import subprocess
+
+    out = subprocess.run(["ps", "-o", "stat=", "-g", str(pgid)], capture_output=True, text=True).stdout.split()
+    return [s for s in out if not s.startswith("Z")]
+
+
+def test_a_command_killed_with_sigkill_leaves_no_pool_process_holding_its_output(tmp_path):
+    """Found by the kill audit (session 29): after kill -9 of a --workers 2 command (what the OOM killer does), the
+    pool process, the forkserver and the resource tracker lived on for minutes, holding the command's stdout, so
+    `curate convert ... | tee log` never finished. A pool process now exits within a second of its command."""
+    p = _sleeper(tmp_path)
+    os.kill(p.pid, signal.SIGKILL)
+    with watchdog(30):
+        assert p.stdout.read() == b""  # EOF: every holder of the pipe is gone
+    p.wait()
+    time.sleep(0.5)
+    assert _group_left(p.pid) == []
+
+
+def test_ctrl_c_stops_the_pool_at_once_releases_the_lock_and_prints_no_worker_traceback(tmp_path):
+    """Found by the kill audit (session 29): Ctrl-C (SIGINT to the whole process group) printed a pool process's
+    KeyboardInterrupt traceback, and once left the command waiting in the pool's shutdown for good, holding its
+    dataset lock. The pool processes now ignore SIGINT and the command stops them instead of waiting."""
+    from tenset_curate.storage import writer_of
+
+    p = _sleeper(tmp_path)
+    os.killpg(p.pid, signal.SIGINT)
+    with watchdog(30):
+        _, err = p.communicate()
+    assert p.returncode != 0 and b"ForkServerProcess" not in err and err.count(b"Traceback") <= 1, err[-2000:]
+    time.sleep(0.5)
+    assert _group_left(p.pid) == [] and writer_of(tmp_path / "ds") is None
