@@ -665,7 +665,9 @@ class Ranker:
     def save(self, directory: str | os.PathLike, *, feature_version: str | None = None,
              data_manifest_hash: str | None = None) -> Path:
         """Write weights + config.json into ``directory`` (created). ``feature_version`` /
-        ``data_manifest_hash`` override the values given at construction."""
+        ``data_manifest_hash`` override the values given at construction. The config, written last, records the
+        weights' sha256: a save killed between the two files leaves new weights under the old config, which
+        ``load`` refuses instead of serving them as the model the config describes."""
         self._require_fitted()
         if feature_version is not None:
             self.feature_version = feature_version
@@ -673,10 +675,11 @@ class Ranker:
             self.data_manifest_hash = data_manifest_hash
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
-        from .storage import atomic_write_text, atomic_write_with
+        from .storage import atomic_write_text, atomic_write_with, file_sha256
 
         atomic_write_with(d / self.weights_file, self._save_weights)
-        atomic_write_text(d / CONFIG_NAME, json.dumps(self.config(), indent=2, sort_keys=True))
+        cfg = {**self.config(), "weights_sha256": file_sha256(d / self.weights_file)}
+        atomic_write_text(d / CONFIG_NAME, json.dumps(cfg, indent=2, sort_keys=True))
         return d
 
     @staticmethod
@@ -730,6 +733,11 @@ class Ranker:
         wpath = Path(directory) / cls.weights_file
         if not wpath.is_file():
             raise ModelLoadError(f"missing weights file {wpath}")
+        from .storage import file_sha256
+
+        if cfg.get("weights_sha256") not in (None, file_sha256(wpath)):  # (directories saved before it: no check)
+            raise ModelLoadError(f"{directory}: {cls.weights_file} is not the file config.json describes (a save "
+                                 "was interrupted between the two): train the model again")
         obj._load_weights(wpath)
         return obj
 

@@ -294,6 +294,21 @@ def test_save_interrupted_mid_weights_leaves_the_old_model(kind, fitted, real_sp
     assert sorted(f.name for f in d.iterdir()) == sorted(["config.json", m.weights_file])  # no temp left
     monkeypatch.undo()
     np.testing.assert_array_equal(load_model(d).predict(test), m.predict(test))
+    # killed between the two files (found by the kill audit, session 29): new weights under the old config.json
+    # were loaded as the model the config describes; the config's record of the weights now refuses them
+    from tenset_curate import storage
+
+    def dies_before_the_config(path, text):
+        raise KeyboardInterrupt("killed before config.json")
+
+    other = _fit(kind, *real_splits[:2], seed=1)
+    monkeypatch.setattr(storage, "atomic_write_text", dies_before_the_config)
+    with pytest.raises(KeyboardInterrupt):
+        other.save(d)
+    monkeypatch.undo()
+    assert weights.read_bytes() != before
+    with pytest.raises(ModelLoadError, match="is not the file config.json describes"):
+        load_model(d)
 
 
 def test_wrong_feature_version_and_dims_are_refused(fitted, real_splits, tmp_path):
