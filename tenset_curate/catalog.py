@@ -900,8 +900,9 @@ def run_sql(
     ``connect_readonly`` to reuse; otherwise one is opened and closed. A connection sees the views of the catalog
     as it was when it was opened: after ``curate splits make`` (or a convert), open a new one to see the new
     split's view.
-    Raises ``SQLRefused`` for anything that writes, changes state or reads outside the dataset; warns
-    (``storage.DatasetBeingWritten``) while a writer holds the dataset.
+    Raises ``SQLRefused`` for anything that writes, changes state or reads outside the dataset, and
+    ``storage.IncompleteDataset`` for a dataset an interrupted write left; warns (``storage.DatasetBeingWritten``)
+    while a writer holds the dataset.
     """
     if fmt not in FORMATS:
         raise ValueError(f"fmt must be one of {FORMATS}, got {fmt!r}")
@@ -909,9 +910,10 @@ def run_sql(
         raise ValueError(f"limit must be a non-negative int, got {limit!r}")
     limit = None if limit is None else int(limit)
     kind = check_sql(query, dataset_dir)
-    from .storage import warn_if_written
+    from .storage import check_complete, warn_if_written
 
     warn_if_written(dataset_dir)  # the views re-read the shards, which a writer replaces one group at a time
+    check_complete(dataset_dir)
     own = con is None
     if own:
         con = connect_readonly(dataset_dir)

@@ -121,12 +121,13 @@ def sql(
 ):
     """Run a read-only SQL query over a dataset's catalog (records, quarantine, tasks, split_<name>, ...)."""
     from .catalog import SQLRefused, run_sql
+    from .storage import IncompleteDataset
 
     if fmt not in ("table", "csv", "json"):  # run_sql's "arrow" is a Python object, not text to print
         _fail(f"--format must be table, csv or json, not {fmt!r}")
     try:
         typer.echo(run_sql(dataset, query, fmt=fmt), nl=False)
-    except SQLRefused as e:
+    except (SQLRefused, IncompleteDataset) as e:
         _fail(str(e))
     except Exception as e:  # duckdb errors: syntax, missing column, ...
         _fail(f"{type(e).__name__}: {e}")
@@ -139,7 +140,7 @@ def info(dataset: Path = typer.Argument(...), json_out: bool = typer.Option(Fals
 
     try:
         s = dataset_info(dataset)
-    except FileNotFoundError as e:
+    except (FileNotFoundError, ValueError) as e:  # ValueError: storage.IncompleteDataset
         _fail(str(e))
     if json_out:
         _print_json(s)
@@ -276,7 +277,7 @@ def splits_analyze(dataset: Path = typer.Argument(...), name: str = typer.Option
 
     try:
         p = analyze(dataset, name, out)
-    except FileNotFoundError as e:
+    except (FileNotFoundError, ValueError) as e:  # ValueError: storage.IncompleteDataset
         _fail(str(e))
     typer.echo(f"wrote {p}")
 

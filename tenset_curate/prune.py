@@ -223,8 +223,9 @@ SIDE_TABLES = ("workloads", "networks")  # per-task tables of a dataset, copied 
 
 def record_files(dataset: Path) -> list[Path]:
     """A dataset's record shards, sorted; FileNotFoundError naming the dataset when it has none (or is no folder), a
-    ``storage.DatasetBeingWritten`` warning while a writer holds it."""
-    from .storage import warn_if_written
+    ``storage.DatasetBeingWritten`` warning while a writer holds it, ``storage.IncompleteDataset`` when they are not
+    the shards its manifest names (an interrupted write)."""
+    from .storage import check_complete, warn_if_written
 
     if not Path(dataset).is_dir():
         raise FileNotFoundError(f"{dataset}: no such dataset folder")
@@ -232,6 +233,7 @@ def record_files(dataset: Path) -> list[Path]:
     files = sorted((Path(dataset) / "records").glob("*/*.parquet"))
     if not files:
         raise FileNotFoundError(f"{dataset}: no record shards under records/ (run curate convert first)")
+    check_complete(dataset, files)
     return files
 
 
@@ -863,7 +865,8 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
         remove_stale_tmp(out)
         # All or nothing: every new file (shards, prune.json, the report, the manifest, the catalog) is written into
         # a staging folder first; only when all of them exist are they renamed into place (renames need no space),
-        # so a full disk or a kill before that leaves the earlier result exactly as it was.
+        # so a full disk or a kill before that leaves the earlier result exactly as it was, and a kill during the
+        # renames leaves a dataset marked incomplete (below).
         stage = out / f".stage.tmp-{os.getpid()}"
         shutil.rmtree(stage, ignore_errors=True)
         try:
@@ -941,13 +944,19 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
                             os.link(f, dst)
                 build_catalog(stage)  # views hold relative paths: the file is valid once moved into out
                 files.append(CATALOG_NAME)
-            for rel in files:  # commit
-                (out / rel).parent.mkdir(parents=True, exist_ok=True)
-                os.replace(stage / rel, out / rel)
+            # commit: while the files are put in place one by one, the manifest says the prune is incomplete; it is
+            # replaced last, once the files of an earlier prune that this one does not make are gone. A kill in
+            # between leaves a dataset readers refuse (storage.named_shards), never one that mixes two prunings
+            atomic_write_json(out / "manifest.json", {"pruned_from": str(dataset), "incomplete": True, "inputs": {}})
+            for rel in files:
+                if rel != "manifest.json":
+                    (out / rel).parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(stage / rel, out / rel)
             for p in [*(out / "records").glob("*/*.parquet"), *(q for sub in SIDE_TABLES
                                                                for q in (out / sub).glob("*.parquet"))]:
                 if p.relative_to(out).as_posix() not in files:
                     p.unlink()
+            os.replace(stage / "manifest.json", out / "manifest.json")
         except OSError as e:
             raise _explain(e, out) from e
         finally:

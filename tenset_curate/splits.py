@@ -218,7 +218,7 @@ def check_split_name(dataset: Path | None, name: str, others: list[str] | None =
 def write_split(dataset: Path, name: str, scheme: str, **kw) -> dict:
     """Make a split of ``dataset`` and store it as ``splits/<name>.parquet`` (+ catalog view ``split_<name>``)."""
     from .features import operator_classes
-    from .storage import atomic_write_json, dataset_lock, write_parquet_atomic
+    from .storage import atomic_write_json, dataset_lock, remove_stale_tmp, write_parquet_atomic
 
     dataset = Path(dataset)
     check_split_name(dataset, name)
@@ -227,7 +227,11 @@ def write_split(dataset: Path, name: str, scheme: str, **kw) -> dict:
     ops = operator_classes(recs) if scheme == "operator" else None
     table, info = make_split(recs, scheme, networks=nets, op_classes=ops, **kw)
     with dataset_lock(dataset, what="curate splits make"):
-        write_parquet_atomic(dataset / "splits" / f"{name}.parquet", table.to_arrow())
+        remove_stale_tmp(dataset)  # an interrupted splits make's temporary files (only a convert removed them)
+        # the split's record travels inside its Parquet file (split_info reads it there), so a kill between the two
+        # files cannot leave a split whose record says another seed and other counts; the JSON is for people
+        write_parquet_atomic(dataset / "splits" / f"{name}.parquet", table.to_arrow(),
+                             metadata={SPLIT_INFO_KEY: json.dumps(info, sort_keys=True)})
         atomic_write_json(dataset / "splits" / f"{name}.json", info)
         try:
             from .catalog import build_catalog
@@ -239,10 +243,21 @@ def write_split(dataset: Path, name: str, scheme: str, **kw) -> dict:
     return info
 
 
+SPLIT_INFO_KEY = "tenset_curate.split_info"  # the split's record in its Parquet file's footer
+
+
 def split_info(dataset: Path, name: str) -> dict:
-    """What ``write_split`` recorded of a split (scheme, seed, options, counts); {} when it left no record."""
-    p = Path(dataset) / "splits" / f"{name}.json"
-    return json.loads(p.read_bytes()) if p.exists() else {}
+    """What ``write_split`` recorded of a split (scheme, seed, options, counts): from the split's Parquet file (the
+    JSON beside it for splits made before the file carried it); {} when it left no record."""
+    import pyarrow.parquet as pq
+
+    p = Path(dataset) / "splits" / f"{name}.parquet"
+    if p.exists():
+        meta = pq.ParquetFile(p).metadata.metadata or {}
+        if SPLIT_INFO_KEY.encode() in meta:
+            return json.loads(meta[SPLIT_INFO_KEY.encode()])
+    j = p.with_suffix(".json")
+    return json.loads(j.read_bytes()) if j.exists() else {}
 
 
 def read_split(dataset: Path, name: str) -> pl.DataFrame:

@@ -189,9 +189,12 @@ class AtomicParquetWriter:
             self.abort()
             raise _explain(e, self.path) from e
 
-    def commit(self) -> None:
+    def commit(self, metadata: dict[str, str] | None = None) -> None:
+        """Close, fsync and rename into place; ``metadata``: key-value pairs for the file's footer."""
         self._flush()
         try:
+            if metadata:
+                self.writer.add_key_value_metadata(metadata)
             self.writer.close()
             with open(self.tmp, "rb+") as fh:
                 os.fsync(fh.fileno())
@@ -213,10 +216,10 @@ class AtomicParquetWriter:
             pass
 
 
-def write_parquet_atomic(path: Path, table: pa.Table) -> None:
+def write_parquet_atomic(path: Path, table: pa.Table, metadata: dict[str, str] | None = None) -> None:
     w = AtomicParquetWriter(path, table.schema)
     w.write(table)
-    w.commit()
+    w.commit(metadata)
 
 
 def remove_stale_tmp(root: Path) -> int:
@@ -293,6 +296,56 @@ def warn_if_written(root: Path) -> str | None:
         warnings.warn(f"{root} is being written ({holder}): what is read now may be a state between two runs; "
                       "read again when it is done", DatasetBeingWritten, stacklevel=3)
     return holder
+
+
+class IncompleteDataset(ValueError):
+    """A dataset whose record shards are not the ones its own record names: a write was interrupted."""
+
+
+def named_shards(root: Path) -> set[str] | None:
+    """The record shards (``records/...`` paths) a dataset's own record names: its manifest's inputs' outputs (a
+    converted dataset) or prune.json's outputs (a pruned one); None where it has no manifest.json (a folder of
+    Parquet made by hand). IncompleteDataset for a prune that was interrupted while it put its files in place."""
+    root = Path(root)
+    try:
+        man = orjson.loads((root / "manifest.json").read_bytes())
+    except FileNotFoundError:
+        return None
+    except (orjson.JSONDecodeError, OSError) as e:
+        raise IncompleteDataset(f"{root}: unreadable manifest.json ({e})") from None
+    if not isinstance(man, dict):
+        return None
+    if "pruned_from" in man:
+        if man.get("incomplete"):
+            raise IncompleteDataset(f"{root}: a curate prune was interrupted while it put its files in place; run it "
+                                    "again")
+        try:
+            outs = orjson.loads((root / "prune.json").read_bytes()).get("outputs", [])
+        except (FileNotFoundError, orjson.JSONDecodeError):
+            raise IncompleteDataset(f"{root}: a pruned dataset without a readable prune.json; run the prune again")
+    else:
+        outs = [o for e in (man.get("inputs") or {}).values() if isinstance(e, dict) for o in e.get("outputs", [])]
+    return {o for o in outs if o.startswith("records/")}
+
+
+def check_complete(root: Path, present: list[Path] | None = None) -> None:
+    """Refuse to read a dataset whose record shards are not those its record names (``named_shards``), unless a
+    writer holds it now (``warn_if_written`` warns then): a convert killed between writing a changed input's new
+    shards and removing its old ones left both, and every reader counted those rows twice (192,828 rows, 180,716
+    distinct), a prune of it included. Running the interrupted command again repairs it."""
+    root = Path(root)
+    names = named_shards(root)
+    if names is None or writer_of(root):
+        return
+    files = present if present is not None else list((root / "records").glob("*/*.parquet"))
+    have = {p.relative_to(root).as_posix() for p in files}
+    extra, missing = sorted(have - names), sorted(names - have)
+    if extra or missing:
+        raise IncompleteDataset(
+            f"{root}: its records/ " + " and ".join(
+                ([f"holds {len(extra)} shard(s) its manifest does not name (the first: {extra[0]})"] if extra else [])
+                + ([f"lacks {len(missing)} it names (the first: {missing[0]})"] if missing else []))
+            + ": a convert or prune of it was interrupted; run that command again")
 
 
 def writer_of(root: Path) -> str | None:

@@ -137,19 +137,29 @@ def write_real_dataset(root: Path, n_shards: int = 3) -> pa.Table:
     part = root / "records" / f"hardware={HARDWARE}"
     part.mkdir(parents=True)
     step = math.ceil(table.num_rows / n_shards)
+    shards = []
     for i in range(n_shards):
         shard = table.slice(i * step, step)
         digest = hashlib.blake2b(str(i).encode(), digest_size=8).hexdigest()
         pq.write_table(shard, part / f"part-{digest}.parquet")
+        shards.append(f"records/hardware={HARDWARE}/part-{digest}.parquet")
     # the shape convert.py writes: {"inputs": {label: {format, key, lines, rows, ..., outputs}}}
     inputs = {}
     for rel, n in REAL_FILES:
         rows = [r for r in table.to_pylist() if r["source_file"] == rel]
         inputs[rel] = {"format": "ansor", "key": hashlib.md5(rel.encode()).hexdigest()[:16], "lines": n,
                        "rows": len(rows), "quarantined": 0, "comments": 0,
-                       "failed": sum(not r["is_valid"] for r in rows), "outputs": ["records/..."]}
+                       "failed": sum(not r["is_valid"] for r in rows), "outputs": shards}  # one group's shards
     (root / "manifest.json").write_text(json.dumps({"schema_version": "1", "converter": "test", "inputs": inputs}))
     return table
+
+
+def name_in_manifest(root: Path, shards: list[Path], label: str = "added.json") -> None:
+    """Record shards written by hand as one more converted input's outputs, as convert does: readers refuse record
+    shards the manifest does not name (storage.check_complete: an interrupted write)."""
+    man = json.loads((root / "manifest.json").read_text())
+    man["inputs"][label] = {"format": "ansor", "outputs": [p.relative_to(root).as_posix() for p in shards]}
+    (root / "manifest.json").write_text(json.dumps(man))
 
 
 @pytest.fixture(scope="session")
@@ -233,6 +243,7 @@ def test_hardware_column_comes_from_the_shards_not_their_folder(real_dataset, da
         part = table.slice(7 * i, 7)
         part = part.set_column(part.schema.get_field_index("hardware"), "hardware", pa.array([name] * 7, pa.string()))
         pq.write_table(part, folder / f"part-{i}.parquet")
+    name_in_manifest(root2, sorted(folder.glob("*.parquet")))
     build_catalog(root2)
     rows = q1(root2, "SELECT hardware, typeof(hardware) AS t, count(*) AS n FROM records GROUP BY ALL ORDER BY 1")
     assert rows == [{"hardware": h, "t": "VARCHAR", "n": n}
@@ -368,21 +379,27 @@ def test_new_shards_are_seen_without_rebuild(dataset_copy):
         pq.write_table(table.slice(0, 5), tmp)
         assert run_sql(root, "SELECT count(*) AS n FROM records", fmt="arrow", con=con).to_pylist() == [{"n": table.num_rows}]
         os.replace(tmp, part / "part-new.parquet")
+        name_in_manifest(root, [part / "part-new.parquet"])  # the writer's last step
         assert run_sql(root, "SELECT count(*) AS n FROM records", fmt="arrow", con=con).to_pylist() == [{"n": table.num_rows + 5}]
     finally:
         con.close()
 
 
 WRITER = """
-import sys, time
+import json, sys, time
 from pathlib import Path
 import pyarrow.parquet as pq
-from tenset_curate.storage import write_parquet_atomic
+from tenset_curate.storage import dataset_lock, write_parquet_atomic
 src, part, n = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
 table = pq.read_table(src)
-for i in range(n):
-    write_parquet_atomic(part / f"part-w{i:03d}.parquet", table)  # <name>.tmp-<pid>, fsync, os.replace
-    time.sleep(0.01)
+root = part.parent.parent
+with dataset_lock(root, what="test writer"):  # as convert: the writer holds the dataset, names its shards last
+    for i in range(n):
+        write_parquet_atomic(part / f"part-w{i:03d}.parquet", table)  # <name>.tmp-<pid>, fsync, os.replace
+        time.sleep(0.01)
+    man = json.loads((root / "manifest.json").read_text())
+    man["inputs"]["writer"] = {"outputs": [f"records/{part.name}/part-w{i:03d}.parquet" for i in range(n)]}
+    (root / "manifest.json").write_text(json.dumps(man))
 """
 
 
@@ -548,6 +565,7 @@ def test_count_over_300k_rows_is_fast(dataset_copy):
     reps = 300_000 // table.num_rows + 1
     big = pa.concat_tables([table] * reps)
     pq.write_table(big, part / "part-big.parquet", row_group_size=64_000)
+    name_in_manifest(root, [part / "part-big.parquet"])
     build_catalog(root)
     con = connect_readonly(root)
     try:

@@ -324,6 +324,42 @@ def test_convert_says_which_splits_it_outdated_and_sql_warns_during_a_write(tmp_
         load_records(ds, ["record_id"])  # no writer: no warning
 
 
+def test_readers_refuse_the_state_an_interrupted_convert_leaves_and_a_rerun_repairs_it(tmp_path):
+    """Found by the kill audit (session 29): a convert killed after writing a changed input's new group shard and
+    before removing the old one left both; info and sql counted 192,828 rows of 180,716, and a prune of that state
+    kept duplicates for good. Readers now compare the shards with the ones the manifest names (when no writer holds
+    the dataset) and refuse, naming the fix; running the convert again repairs it."""
+    from typer.testing import CliRunner
+
+    from tenset_curate.cli import app
+    from tenset_curate.prune import load_records, prune
+    from tenset_curate.storage import IncompleteDataset
+
+    logs = tmp_path / "logs"
+    _copy_tree(REAL / "ansor" / "roller-k80" / "pooling", logs, 3)
+    ds = tmp_path / "ds"
+    first = convert([logs], ds, group_bytes=1)  # a shard per log
+    rows = load_records(ds, ["record_id"]).height
+    shard = sorted((ds / "records").glob("*/*.parquet"))[0]
+    stale = shard.with_name("part-0123456789abcdef0123.parquet")  # the old group's shard, not yet removed
+    shutil.copyfile(shard, stale)
+    for read in (lambda: load_records(ds, ["record_id"]), lambda: prune(ds, tmp_path / "p", 0.5, "random")):
+        with pytest.raises(IncompleteDataset, match=r"holds 1 shard\(s\) its manifest does not name .*part-0123"
+                                                    r"456789abcdef0123.parquet.*interrupted; run that command again"):
+            read()
+    assert not (tmp_path / "p" / "records").exists()
+    for cmd in (["info", str(ds)], ["sql", "SELECT count(*) FROM records", "-d", str(ds)]):
+        r = CliRunner().invoke(app, cmd)
+        assert r.exit_code == 2 and "error: " in r.output and "was interrupted" in r.output, r.output
+    again = convert([logs], ds, group_bytes=1)  # the re-run removes what no manifest entry names
+    assert again["orphans_removed"] == 1 and load_records(ds, ["record_id"]).height == rows
+    shard.unlink()  # a named shard gone: refused too, and the re-run converts its input again
+    with pytest.raises(IncompleteDataset, match=r"lacks 1 it names"):
+        load_records(ds, ["record_id"])
+    assert convert([logs], ds, group_bytes=1)["totals"] == first["totals"]
+    assert load_records(ds, ["record_id"]).height == rows
+
+
 def test_groups_pack_logs_and_a_changed_log_leaves_its_group(tmp_path):
     """Logs are packed into groups (one shard per group and hardware, one row group each); a changed log leaves
     its group: the other members' rows stay as they were, the old shards go, and the content equals a clean run."""

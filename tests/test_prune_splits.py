@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gzip
+import os
 import re
 import shutil
 from pathlib import Path
@@ -132,6 +133,63 @@ def test_prune_replaces_only_an_earlier_prune_output(pooling, tmp_path):
     first = prune(pooling, tmp_path / "p", 0.45, "random", seed=0)
     second = prune(pooling, tmp_path / "p", 0.6, "random", seed=0)  # an earlier prune's output: replaced
     assert load_records(tmp_path / "p").height == second["records_after"] < first["records_after"]
+
+
+def test_a_prune_killed_while_putting_its_files_in_place_is_refused_not_mixed(pooling, tmp_path, monkeypatch):
+    """Found by the kill audit (session 29): prune renamed its files into place one by one, so a kill in between left
+    one hardware's shard of the new pruning beside the other's of the earlier one (14,207 records: neither 10,188
+    nor 16,301) under the earlier prune.json. The manifest now says "incomplete" until every file is in place and
+    the earlier ones are gone; readers refuse that state, and the same command again repairs it."""
+    from tenset_curate import prune as P
+    from tenset_curate.storage import IncompleteDataset
+
+    out = tmp_path / "p"
+    prune(pooling, out, 0.5, "random", seed=0)
+    real = os.replace
+    calls = []
+
+    class Killed(BaseException):
+        pass
+
+    def replace_then_die(src, dst):  # killed after the first file of the commit went into place
+        if ".stage.tmp-" in str(src) and ".stage.tmp-" not in str(dst):
+            calls.append(dst)
+            if len(calls) == 2:
+                raise Killed
+        real(src, dst)
+
+    monkeypatch.setattr(P.os, "replace", replace_then_die)
+    with pytest.raises(Killed):
+        prune(pooling, out, 0.2, "random", seed=0)
+    monkeypatch.undo()
+    with pytest.raises(IncompleteDataset, match="a curate prune was interrupted while it put its files in place"):
+        load_records(out, ["record_id"])
+    s = prune(pooling, out, 0.2, "random", seed=0)
+    assert load_records(out, ["record_id"]).height == s["records_after"]
+    fresh = prune(pooling, tmp_path / "fresh", 0.2, "random", seed=0)
+    assert sorted(load_records(out, ["record_id"])["record_id"]) == sorted(
+        load_records(tmp_path / "fresh", ["record_id"])["record_id"]) and fresh["records_after"] == s["records_after"]
+
+
+def test_a_splits_record_travels_in_its_parquet_file_and_leftovers_go(pooling, tmp_path):
+    """Found by the kill audit (session 29): a kill between a split's two files left w.parquet of seed 1 beside
+    w.json of seed 0 with other counts, and training reads the record to decide fine-tuning. The record now lives in
+    the Parquet file's footer (the JSON is for people); and a killed splits make's temporary files, which only a
+    convert removed, go at the next splits make."""
+    from tenset_curate.splits import split_info
+
+    ds = tmp_path / "ds"
+    shutil.copytree(pooling, ds)
+    write_split(ds, "w", "within-task", seed=0)
+    old_json = (ds / "splits" / "w.json").read_bytes()
+    (ds / "splits" / "w.parquet.tmp-99999").write_bytes(b"half a file")  # a killed run's leftovers
+    (ds / "catalog.duckdb.tmp-99999-1").write_bytes(b"")
+    info = write_split(ds, "w", "within-task", seed=1, test_fraction=0.2)
+    assert not list(ds.rglob("*.tmp-*"))
+    (ds / "splits" / "w.json").write_bytes(old_json)  # killed after the Parquet file, before the JSON
+    got = split_info(ds, "w")
+    assert (got["seed"], got["test_fraction"], got["counts"]) == (1, 0.2, info["counts"])
+    assert got["counts"] != __import__("json").loads(old_json)["counts"]
 
 
 def test_values_a_notebook_passes_are_refused_before_any_folder_is_made(pooling, tmp_path):

@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 from tenset_curate.catalog import SQLRefused, build_catalog, check_sql, connect, connect_readonly, run_sql
 
 try:  # tests/ is not a package; pytest's rootdir insertion makes the sibling importable either way
-    from tests.test_catalog import HARDWARE, REAL_ROOT, write_real_dataset
+    from tests.test_catalog import HARDWARE, REAL_ROOT, name_in_manifest, write_real_dataset
 except ImportError:  # pragma: no cover
-    from test_catalog import HARDWARE, REAL_ROOT, write_real_dataset
+    from test_catalog import HARDWARE, REAL_ROOT, name_in_manifest, write_real_dataset
 
 pytestmark = pytest.mark.skipif(not REAL_ROOT.is_dir(), reason="real TenSet data not available")
 
@@ -321,6 +321,7 @@ def linked(env, tmp_path):
     shutil.copytree(root, dst)
     link = dst / "records" / f"hardware={HARDWARE}" / "part-evil.parquet"
     link.symlink_to(outside / "secret.parquet")
+    name_in_manifest(dst, [link])  # a hostile dataset names it too: DuckDB's own restriction must refuse it
     return dst, link, outside, n
 
 
