@@ -320,12 +320,15 @@ def named_shards(root: Path) -> set[str] | None:
             raise IncompleteDataset(f"{root}: a curate prune was interrupted while it put its files in place; run it "
                                     "again")
         try:
-            outs = orjson.loads((root / "prune.json").read_bytes()).get("outputs", [])
+            outs = orjson.loads((root / "prune.json").read_bytes()).get("outputs")
         except (FileNotFoundError, orjson.JSONDecodeError):
             raise IncompleteDataset(f"{root}: a pruned dataset without a readable prune.json; run the prune again")
     else:
-        outs = [o for e in (man.get("inputs") or {}).values() if isinstance(e, dict) for o in e.get("outputs", [])]
-    return {o for o in outs if o.startswith("records/")}
+        entries = [e for e in (man.get("inputs") or {}).values() if isinstance(e, dict)]
+        outs = None if any("outputs" not in e for e in entries) else [o for e in entries for o in e["outputs"]]
+    if outs is None:  # written before the record named its shards: nothing to compare with
+        return None
+    return {o for o in outs if isinstance(o, str) and o.startswith("records/")}
 
 
 def check_complete(root: Path, present: list[Path] | None = None) -> None:
