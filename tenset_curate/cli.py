@@ -288,7 +288,7 @@ def train(
     split: str = typer.Option(..., help="split name (see curate splits make)"),
     model: str = typer.Option("attention", help="attention | mlp | gbdt"),
     out: Path = typer.Option(..., "--out", "-o", help="model directory"),
-    epochs: Optional[int] = typer.Option(None, min=1, help="epochs (neural models); default model.DEFAULT_EPOCHS, "
+    epochs: Optional[int] = typer.Option(None, min=1, help="epochs (neural models); default 24 (model.DEFAULT_EPOCHS), "
                                          "what the attention defaults were tuned at"),
     device: str = typer.Option("cpu", help="cpu | cuda (attention and mlp; gbdt trains on the CPU)"),
     seed: int = typer.Option(0),

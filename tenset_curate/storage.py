@@ -353,7 +353,7 @@ def check_complete(root: Path, present: list[Path] | None = None) -> None:
 
 def writer_of(root: Path) -> str | None:
     """Who holds ``root/.lock`` for a write right now (``dataset_lock``'s record of it), or None. Readers do not
-    take the lock; ``curate sql`` asks, because a query during a write sees the shards half replaced."""
+    take the lock; they ask (``warn_if_written``), because a read during a write sees the shards half replaced."""
     try:
         fd = os.open(Path(root) / ".lock", os.O_RDONLY)
     except OSError:

@@ -718,6 +718,10 @@ def test_a_device_the_model_cannot_train_on_is_refused_before_reading(tmp_path):
     finally:
         mp.undo()
     assert seen == [DEFAULT_EPOCHS, DEFAULT_EPOCHS] == [24, 24]
+    import typer
+
+    [opt] = [p for p in typer.main.get_command(app).commands["train"].params if p.name == "epochs"]
+    assert f"default {DEFAULT_EPOCHS} (model.DEFAULT_EPOCHS)" in opt.help  # what --help says is what it trains
 
 
 @pytest.mark.parametrize("kind,hp", [(AttentionRanker, {"epochs": 0}), (MLPRanker, {"epochs": -1}),
