@@ -345,7 +345,14 @@ def test_malicious_checkpoint_is_refused(kind, fitted, tmp_path):
     with zipfile.ZipFile(d / "model.pt") as z:
         payload = b"".join(z.read(n) for n in z.namelist() if n.endswith("data.pkl"))
     assert b"system" in payload  # the file really carries the reduce to os.system
-    with pytest.raises(ModelLoadError, match="refusing to load"):
+    with pytest.raises(ModelLoadError, match="is not the file config.json describes"):
+        load_model(d)  # the config's record of the weights refuses it first
+    from tenset_curate.storage import file_sha256
+
+    cfg = json.loads((d / "config.json").read_text())  # an attacker who rewrites both files
+    cfg["weights_sha256"] = file_sha256(d / "model.pt")
+    (d / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ModelLoadError, match="refusing to load"):  # torch.load(weights_only=True) refuses it
         load_model(d)
     with pytest.raises(ModelLoadError):
         type(fitted[kind]).load(d, expected_feature_version="test-feat-v1")
