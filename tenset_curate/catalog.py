@@ -366,6 +366,10 @@ def build_catalog(dataset_dir: str | os.PathLike) -> Path:
 
 def _catalog_path(root: Path) -> Path:
     path = root / CATALOG_NAME
+    if not path.is_file() and (root / "manifest.json").is_file():  # a convert or prune that never got to its end
+        raise FileNotFoundError(f"{path} not found: the convert or prune that writes {root} was interrupted before "
+                                f"it made its catalog; run it again (from Python, build_catalog({str(root)!r}) "
+                                "rebuilds a dataset's catalog)")
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found: {root} is not a dataset (curate convert or curate prune write "
                                 f"one; from Python, build_catalog({str(root)!r}) rebuilds a dataset's catalog)")

@@ -358,6 +358,9 @@ def test_readers_refuse_the_state_an_interrupted_convert_leaves_and_a_rerun_repa
         load_records(ds, ["record_id"])
     assert convert([logs], ds, group_bytes=1)["totals"] == first["totals"]
     assert load_records(ds, ["record_id"]).height == rows
+    (ds / "catalog.duckdb").unlink()  # a first convert interrupted before its catalog: sql said "not a dataset"
+    r = CliRunner().invoke(app, ["sql", "SELECT count(*) FROM records", "-d", str(ds)])
+    assert r.exit_code == 2 and "was interrupted before it made its catalog; run it again" in r.output, r.output
 
 
 def test_groups_pack_logs_and_a_changed_log_leaves_its_group(tmp_path):
