@@ -914,10 +914,9 @@ def run_sql(
         raise ValueError(f"limit must be a non-negative int, got {limit!r}")
     limit = None if limit is None else int(limit)
     kind = check_sql(query, dataset_dir)
-    from .storage import check_complete, warn_if_written
+    from .storage import check_readable
 
-    warn_if_written(dataset_dir)  # the views re-read the shards, which a writer replaces one group at a time
-    check_complete(dataset_dir)
+    check_readable(dataset_dir)  # the views re-read the shards, which a writer replaces one group at a time
     own = con is None
     if own:
         con = connect_readonly(dataset_dir)

@@ -591,7 +591,9 @@ def collect(
         counts = count_records(out).get(idx, {"records": 0, "failed": 0}) if idx is not None else {
             "records": 0, "failed": 0}
         measured_now = counter.measured if counter is not None else 0
-        seeds = _seeds_of(prev) + ([seed] if measured_now and seed not in _seeds_of(prev) else [])
+        seeds = _seeds_of(prev)
+        if measured_now and seed not in seeds:
+            seeds.append(seed)
         measured_total = int(prev.get("n_measured", have)) + measured_now
         best = _best_latency(out, idx) if idx is not None else None
         entry = {

@@ -27,7 +27,6 @@ Layout::
 from __future__ import annotations
 
 import hashlib
-import numbers
 import os
 import re
 import sys
@@ -42,12 +41,11 @@ import pyarrow as pa
 from . import __version__
 from .executors import map_unordered, process_pool, resolve_executor
 from .readers import (
-    DEVICE_ATTRS,
     FileStats,
     InputError,
     _Sink,
     detect_format,
-    device_of,
+    devices_by_hardware,
     hardware_context,
     quarantine_table,
     read_ansor,
@@ -59,6 +57,7 @@ from .storage import (
     AtomicParquetWriter,
     OutputError,
     atomic_write_json,
+    check_int,
     dataset_lock,
     file_sha256,
     remove_stale_tmp,
@@ -364,14 +363,12 @@ def _read_unit_into(unit: Unit, gkey: str, out: Path, hardware: str | None, writ
         for b in batches:
             if len(unit.paths) > 2:
                 task_targets.update(zip(*(b.column(c).to_pylist() for c in ("workload_key", "target", "target_kind"))))
+            for name, devs in devices_by_hardware(b).items():
+                kinds.setdefault(name, set()).update(devs)
             hw_col = b.column("hardware")
             names = hw_col.unique().to_pylist()
             for name in names:
                 part = b if len(names) == 1 else b.filter(pa_equal(hw_col, name))
-                cols = [f"target_{c}" for c in ("kind", *DEVICE_ATTRS)]
-                devs = pa.Table.from_batches([part.select(cols)]).group_by(cols).aggregate([]).to_pylist()
-                kinds.setdefault(name, set()).update(device_of(*(d[c] for c in cols)) for d in devs
-                                                     if d["target_kind"])
                 # keyed by folder: two names that map to one folder share its shard (the column keeps the name)
                 rel = f"records/hardware={_safe_part(name)}/part-{gkey}.parquet"
                 w = writers.get(rel)
@@ -464,8 +461,7 @@ def convert(inputs: list, out: Path, hardware: str | None = None, workers: int =
     log = log or (lambda msg: None)
     if isinstance(inputs, (str, os.PathLike)):  # one input (a string was read one character at a time)
         inputs = [inputs]
-    if not isinstance(workers, numbers.Integral) or isinstance(workers, bool) or workers < 1:
-        raise ValueError(f"workers {workers!r}: an integer, at least 1")
+    check_int("workers", workers, 1)
     if hardware is not None and not (isinstance(hardware, str) and hardware.strip()):
         raise ValueError(f"hardware {hardware!r}: a name, or None to name the hardware by the inputs' rules")
     executor = resolve_executor(executor, address)

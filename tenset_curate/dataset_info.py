@@ -6,7 +6,7 @@ from pathlib import Path
 import polars as pl
 
 from .features import operator_classes
-from .readers import DEVICE_ATTRS, device_of
+from .readers import DEVICE_COLUMNS, devices_by_hardware
 
 
 def dataset_info(dataset: Path) -> dict:
@@ -17,9 +17,8 @@ def dataset_info(dataset: Path) -> dict:
 
     dataset = Path(dataset)
     lf = pl.scan_parquet(record_files(dataset))
-    cols = [f"target_{c}" for c in ("kind", *DEVICE_ATTRS)]
     recs = lf.select("hardware", "task_id", "workload_name", "workload_key", "source_file", "is_valid",
-                     *cols).collect()
+                     *DEVICE_COLUMNS).collect()
     ops = operator_classes(recs)
     j = recs.join(ops, on="task_id", how="left")
     by = (j.group_by("hardware", "op_class").agg(pl.len().alias("records"), pl.col("task_id").n_unique().alias("tasks"),
@@ -34,5 +33,5 @@ def dataset_info(dataset: Path) -> dict:
             # one name for several machines
             "target_kinds": {h: k for h, k in recs.group_by("hardware").agg(
                 pl.col("target_kind").drop_nulls().unique().sort()).sort("hardware").iter_rows()},
-            "targets": {h: sorted(device_of(*d) for d in set(zip(*devs)) if d[0]) for h, *devs in recs.select(
-                "hardware", *cols).group_by("hardware").agg(cols).sort("hardware").iter_rows()}}
+            "targets": {h: sorted(d) for h, d in sorted(devices_by_hardware(
+                recs.select("hardware", *DEVICE_COLUMNS).to_arrow()).items())}}

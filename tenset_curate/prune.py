@@ -225,15 +225,14 @@ def record_files(dataset: Path) -> list[Path]:
     """A dataset's record shards, sorted; FileNotFoundError naming the dataset when it has none (or is no folder), a
     ``storage.DatasetBeingWritten`` warning while a writer holds it, ``storage.IncompleteDataset`` when they are not
     the shards its manifest names (an interrupted write)."""
-    from .storage import check_complete, warn_if_written
+    from .storage import check_readable
 
     if not Path(dataset).is_dir():
         raise FileNotFoundError(f"{dataset}: no such dataset folder")
-    warn_if_written(dataset)
     files = sorted((Path(dataset) / "records").glob("*/*.parquet"))
     if not files:
         raise FileNotFoundError(f"{dataset}: no record shards under records/ (run curate convert first)")
-    check_complete(dataset, files)
+    check_readable(dataset, files)
     return files
 
 
@@ -509,9 +508,10 @@ def check_prune_args(ratio: float, method: str, seed: int = 0, min_keep: int = 8
         raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
     if not isinstance(ratio, numbers.Real) or isinstance(ratio, bool) or not 0.0 <= ratio < 1.0:
         raise ValueError(f"ratio {ratio!r}: the fraction removed, a number in [0, 1)")
-    for name, v, lo in (("seed", seed, None), ("min_keep", min_keep, 0), ("workers", workers, 1)):
-        if not isinstance(v, numbers.Integral) or isinstance(v, bool) or (lo is not None and v < lo):
-            raise ValueError(f"{name} {v!r}: an integer" + (f", at least {lo}" if lo is not None else ""))
+    from .storage import check_int
+
+    for name, v, least in (("seed", seed, None), ("min_keep", min_keep, 0), ("workers", workers, 1)):
+        check_int(name, v, least)
 
 
 def _unit_features(df: pl.DataFrame, groups: np.ndarray, need_keys: bool, need_flat: bool,

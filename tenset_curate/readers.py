@@ -133,6 +133,20 @@ def device_of(kind: str | None, *attrs: str | None) -> str:
     return " ".join([kind or "?"] + [f"-{a}={v}" for a, v in zip(DEVICE_ATTRS, attrs) if v])
 
 
+DEVICE_COLUMNS = [f"target_{c}" for c in ("kind", *DEVICE_ATTRS)]
+
+
+def devices_by_hardware(records) -> dict[str, set[str]]:
+    """Per hardware name, the devices (``device_of``) of ``records`` (an Arrow table or batch with ``hardware`` and
+    ``DEVICE_COLUMNS``): convert's summary and ``curate info`` both ask, and warn when a name has several."""
+    t = pa.Table.from_batches([records]) if isinstance(records, pa.RecordBatch) else records
+    out: dict[str, set[str]] = {}
+    for d in t.select(["hardware", *DEVICE_COLUMNS]).group_by(["hardware", *DEVICE_COLUMNS]).aggregate([]).to_pylist():
+        if d["target_kind"]:
+            out.setdefault(d["hardware"], set()).add(device_of(*(d[c] for c in DEVICE_COLUMNS)))
+    return out
+
+
 @lru_cache(maxsize=4096)
 def parse_target(target: str) -> tuple:
     """Parse a TVM target, either the old command-line string (``cuda -keys=cuda,gpu -arch=sm_80``) or a JSON dict.

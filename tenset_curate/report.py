@@ -29,7 +29,6 @@ import contextlib
 import importlib
 import json
 import math
-import numbers
 import os
 import platform
 import shutil
@@ -294,9 +293,10 @@ def pca_report(dataset: Path, out: Path, epochs: int = 24, ratio: float = 0.45, 
     from .prune import check_prune_args
 
     check_prune_args(ratio, "hybrid", seed)
-    for name, v in (("epochs", epochs), ("workers", workers)):
-        if not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < 1:
-            raise ValueError(f"{name} {v!r}: an integer, at least 1")
+    from .storage import check_int
+
+    check_int("epochs", epochs, 1)
+    check_int("workers", workers, 1)
     if not Path(dataset).exists():
         raise FileNotFoundError(f"{dataset}: no such dataset or logs")
     if os.environ.get(PORTABLE_FLAG) != "1":

@@ -65,8 +65,9 @@ def check_split_args(scheme: str, test_fraction: float = 0.1, valid_fraction: fl
     tested on (the test part took all its records, and the split had no train part)."""
     if scheme not in SCHEMES:
         raise ValueError(f"unknown scheme {scheme!r}; choose from {', '.join(SCHEMES)}")
-    if not isinstance(seed, numbers.Integral) or isinstance(seed, bool):
-        raise ValueError(f"seed {seed!r}: an integer")
+    from .storage import check_int
+
+    check_int("seed", seed)
     holdout, train_hw, test_hw = (_names(x, opt) for x, opt in ((holdout, "--holdout"), (train_hw, "--train-hw"),
                                                                   (test_hw, "--test-hw")))
     options = (("--holdout", holdout, ("network", "operator")), ("--train-hw", train_hw, ("hardware",)),

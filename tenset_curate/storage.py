@@ -14,6 +14,7 @@ import fcntl
 import functools
 import hashlib
 import json
+import numbers
 import os
 import shutil
 import socket
@@ -286,18 +287,6 @@ class DatasetBeingWritten(UserWarning):
     """Records read while a writer holds the dataset: a state between two runs, perhaps."""
 
 
-def warn_if_written(root: Path) -> str | None:
-    """Warn (``DatasetBeingWritten``) when a writer holds ``root`` now, and return its holder: readers take no lock,
-    so what they read during a convert may be a state between two runs (a query counted 25,440 of 45,529 rows
-    while bennu was being renamed; a training read such a state without a word). Every reader of records calls
-    it: ``prune.record_files`` (load_records, training, info) and ``catalog.run_sql``."""
-    holder = writer_of(root)
-    if holder:
-        warnings.warn(f"{root} is being written ({holder}): what is read now may be a state between two runs; "
-                      "read again when it is done", DatasetBeingWritten, stacklevel=3)
-    return holder
-
-
 class IncompleteDataset(ValueError):
     """A dataset whose record shards are not the ones its own record names: a write was interrupted."""
 
@@ -331,14 +320,25 @@ def named_shards(root: Path) -> set[str] | None:
     return {o for o in outs if isinstance(o, str) and o.startswith("records/")}
 
 
-def check_complete(root: Path, present: list[Path] | None = None) -> None:
-    """Refuse to read a dataset whose record shards are not those its record names (``named_shards``), unless a
-    writer holds it now (``warn_if_written`` warns then): a convert killed between writing a changed input's new
-    shards and removing its old ones left both, and every reader counted those rows twice (192,828 rows, 180,716
-    distinct), a prune of it included. Running the interrupted command again repairs it."""
+def check_readable(root: Path, present: list[Path] | None = None) -> None:
+    """What every reader of records asks first (``prune.record_files``: load_records, training, info, a prune's
+    source; ``catalog.run_sql``). Readers take no lock, so:
+
+    - while a writer holds ``root``, warn (``DatasetBeingWritten``): what is read may be a state between two runs
+      (a query counted 25,440 of 45,529 rows while bennu was being renamed; a training read such a state without
+      a word);
+    - otherwise refuse (``IncompleteDataset``) a dataset whose record shards (``present``, else globbed) are not
+      those its record names (``named_shards``): a convert killed between writing a changed input's new shards and
+      removing its old ones left both, and every reader counted those rows twice (192,828 rows, 180,716 distinct),
+      a prune of it included. Running the interrupted command again repairs it."""
     root = Path(root)
+    holder = writer_of(root)
+    if holder:
+        warnings.warn(f"{root} is being written ({holder}): what is read now may be a state between two runs; "
+                      "read again when it is done", DatasetBeingWritten, stacklevel=3)
+        return
     names = named_shards(root)
-    if names is None or writer_of(root):
+    if names is None:
         return
     files = present if present is not None else list((root / "records").glob("*/*.parquet"))
     have = {p.relative_to(root).as_posix() for p in files}
@@ -353,7 +353,7 @@ def check_complete(root: Path, present: list[Path] | None = None) -> None:
 
 def writer_of(root: Path) -> str | None:
     """Who holds ``root/.lock`` for a write right now (``dataset_lock``'s record of it), or None. Readers do not
-    take the lock; they ask (``warn_if_written``), because a read during a write sees the shards half replaced."""
+    take the lock; they ask (``check_readable``), because a read during a write sees the shards half replaced."""
     try:
         fd = os.open(Path(root) / ".lock", os.O_RDONLY)
     except OSError:
@@ -371,6 +371,14 @@ def writer_of(root: Path) -> str | None:
 def _holder(fd: int) -> str:
     """What ``dataset_lock`` wrote into the lock file of the process that holds it."""
     return os.pread(fd, 4096, 0).decode(errors="replace").strip() or "unknown process"
+
+
+def check_int(name: str, value, least: int | None = None) -> None:
+    """Refuse an argument that is not an integer (a NumPy integer is one, a bool is not) or is under ``least``,
+    naming it: what the commands' functions ask of a seed, a worker count or an epoch count from Python, where the
+    CLI's options already had their types and bounds."""
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or (least is not None and value < least):
+        raise ValueError(f"{name} {value!r}: an integer" + (f", at least {least}" if least is not None else ""))
 
 
 def file_sha256(path: Path, bufsize: int = 1 << 20) -> str:

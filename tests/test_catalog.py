@@ -156,7 +156,7 @@ def write_real_dataset(root: Path, n_shards: int = 3) -> pa.Table:
 
 def name_in_manifest(root: Path, shards: list[Path], label: str = "added.json") -> None:
     """Record shards written by hand as one more converted input's outputs, as convert does: readers refuse record
-    shards the manifest does not name (storage.check_complete: an interrupted write)."""
+    shards the manifest does not name (storage.check_readable: an interrupted write)."""
     man = json.loads((root / "manifest.json").read_text())
     man["inputs"][label] = {"format": "ansor", "outputs": [p.relative_to(root).as_posix() for p in shards]}
     (root / "manifest.json").write_text(json.dumps(man))
