@@ -826,7 +826,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         n_lines++;
         size_t f = s;
         while (f < e && STRIP_WS[data[f]]) f++;
-        if (f == e || data[f] == '#') {
+        if (f == e || data[f] == '#' || data[s] == ' ') { /* TVM's RecordReader skips lines starting '#' or ' ' */
             n_comments++;
         } else {
             p.b = data + s;

@@ -70,7 +70,7 @@ class FileStats:
     lines: int = 0
     rows: int = 0
     quarantined: int = 0
-    comments: int = 0  # '#' comment lines and blank lines
+    comments: int = 0  # blank lines, '#' comment lines and (Ansor, as TVM reads them) lines starting with a space
     failed: int = 0  # rows whose measurement failed (is_valid false)
     hardware_rules: dict = field(default_factory=dict)
     hardware: dict = field(default_factory=dict)
@@ -900,7 +900,12 @@ def _json_line(sink: _Sink, lineno: int, raw: bytes):
 
 
 def _ansor_line(sink: _Sink, lineno: int, raw: bytes) -> None:
-    """One line through the Python reader: a comment, a row in ``sink.cols``, or a quarantined line."""
+    """One line through the Python reader: a comment, a row in ``sink.cols``, or a quarantined line. A line that
+    starts with a space is a comment, as in TVM's ``RecordReaderNode::ReadNext`` (``measure_record.cc``: "skip
+    comment lines begin with '#' or ' '"), so no line TVM's ``load_records`` passes over becomes a row."""
+    if raw[:1] == b" ":
+        sink.stats.comments += 1
+        return
     rec = _json_line(sink, lineno, raw)
     if rec is _SKIP:
         return

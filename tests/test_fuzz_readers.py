@@ -482,9 +482,10 @@ def plain_lines(plain: bytes) -> list[bytes]:
     return out
 
 
-def is_comment(raw: bytes) -> bool:
+def is_comment(raw: bytes, ansor: bool) -> bool:
+    """Blank and '#' lines; in an Ansor log also a line starting with a space, which TVM's RecordReader skips."""
     s = raw.strip()
-    return not s or s[:1] == b"#"
+    return not s or s[:1] == b"#" or (ansor and raw[:1] == b" ")
 
 
 def container(plain: bytes, how: tuple) -> bytes:
@@ -613,14 +614,15 @@ def check_quarantine(entries: list[tuple], n_lines: dict[str, int]) -> None:
         assert isinstance(raw, str)
 
 
-def check_coverage(raws: list[bytes] | None, n_lines: int, row_lines: list[int], q_lines: list[int]) -> None:
+def check_coverage(raws: list[bytes] | None, n_lines: int, row_lines: list[int], q_lines: list[int],
+                   ansor: bool = False) -> None:
     """Row lines and quarantined lines: no duplicates, disjoint, and exactly the non-comment lines."""
     assert len(set(row_lines)) == len(row_lines), "a line became two rows"
     assert len(set(q_lines)) == len(q_lines), "a line was quarantined twice"
     assert not set(row_lines) & set(q_lines), "a line is both a row and quarantined"
     assert all(1 <= x <= n_lines for x in row_lines + q_lines)
     if raws is not None:
-        non_comment = {i for i, r in enumerate(raws, 1) if not is_comment(r)}
+        non_comment = {i for i, r in enumerate(raws, 1) if not is_comment(r, ansor)}
         assert set(row_lines) | set(q_lines) == non_comment
 
 
@@ -650,8 +652,8 @@ def check_ansor(data: bytes, sink: R._Sink, tbl: pa.Table, label: str) -> None:
     raws = plain_lines(plain)
     assert st_.stream_error is None, st_.stream_error
     assert st_.lines == len(raws), (st_.lines, len(raws))
-    assert st_.comments == sum(map(is_comment, raws))
-    check_coverage(raws, st_.lines, row_lines, q_lines)
+    assert st_.comments == sum(is_comment(r, True) for r in raws)
+    check_coverage(raws, st_.lines, row_lines, q_lines, ansor=True)
     for rid, line in zip(tbl.column("record_id").to_pylist(), row_lines):
         assert rid == hashlib.blake2b(raws[line - 1], digest_size=8).hexdigest(), f"line {line}: wrong record id"
 
@@ -802,7 +804,7 @@ def check_ms(wl_data: bytes, rec_data: bytes, sink: R._Sink, tbl: pa.Table, labe
         assert ws.stream_error is None and ws.lines == len(wraws), (ws.lines, len(wraws), ws.stream_error)
         check_coverage(wraws, ws.lines, w_rows, w_q)
         # a workload's index counts the non-comment lines; a broken line keeps its index
-        wl_index = [i for i, r in enumerate(wraws, 1) if not is_comment(r)]
+        wl_index = [i for i, r in enumerate(wraws, 1) if not is_comment(r, False)]
     w_hash = dict(zip(w_rows, wtab.column("workload_key").to_pylist()))
     # record file
     rec_plain = decoded(rec_data)
@@ -970,7 +972,7 @@ def test_empty_and_blank_files(tmp_path, data, lines, comments):
 
 def test_truncated_gzip_yields_prefix_then_stream_error(tmp_path):
     """A truncated gzip: every line read before the break is the true line; then one quarantined stream error."""
-    seeds = [s for s in ansor_seeds() if not is_comment(s)][:200]
+    seeds = [s for s in ansor_seeds() if not is_comment(s, True)][:200]
     plain = assemble(seeds)
     gz = gzip.compress(plain, mtime=0)
     raws = plain_lines(plain)
@@ -1053,7 +1055,7 @@ def check_dataset(out: Path, summary: dict, expect: dict) -> None:
         else:
             raws = plain_lines(plain)
             assert e["stream_error"] is None and e["lines"] == len(raws), (label, e, len(raws))
-            check_coverage(raws, e["lines"], row_lines, q_lines)
+            check_coverage(raws, e["lines"], row_lines, q_lines, ansor=wl_data is None)
         if wl_data is not None:
             wl_plain = decoded(wl_data)
             wf = e["workload_file"]
