@@ -77,13 +77,14 @@ def convert(
 ):
     """Convert Ansor/TenSet logs (v0.2-v0.6, plain or gz), MetaSchedule databases and network_info pickles."""
     from .convert import convert as run
+    from .executors import WorkerLost
     from .readers import InputError
     from .storage import OutputError
 
     try:
         s = run(inputs, out, hardware=hardware, workers=workers, progress=not json_out, log=_log, wait=wait,
                 group_bytes=group_mb << 20)
-    except (InputError, OutputError, ValueError) as e:
+    except (InputError, OutputError, ValueError, WorkerLost) as e:
         _fail(str(e))
     if json_out:
         _print_json(s)
@@ -187,6 +188,7 @@ def prune(
     json_out: bool = typer.Option(False, "--json"),
 ):
     """Prune a dataset down to a ratio; writes a dataset with the same schema and a pruning report."""
+    from .executors import WorkerLost
     from .prune import prune as run
     from .storage import OutputError
 
@@ -202,7 +204,7 @@ def prune(
 
             check_evaluation_memory(dataset)
         s = run(dataset, out, ratio, method, seed, min_keep, executor=executor, workers=workers, address=address)
-    except (ValueError, FileNotFoundError, OutputError, MemoryError) as e:
+    except (ValueError, FileNotFoundError, OutputError, MemoryError, WorkerLost) as e:
         _fail(str(e))
     if evaluate:
         from .evaluate_prune import evaluate_pruning, paired_sentence, record_evaluation
@@ -413,13 +415,14 @@ def report_pca(
                                 help="processes training the report's models (the report is the same for any)"),
 ):
     """Train and evaluate the baselines and the attention model on the dataset's splits; one Markdown table."""
+    from .executors import WorkerLost
     from .readers import InputError
     from .report import pca_report
     from .storage import OutputError
 
     try:
         typer.echo(f"wrote {pca_report(dataset, out, epochs=epochs, workers=workers)}")
-    except (ValueError, FileNotFoundError, InputError, OutputError, MemoryError) as e:
+    except (ValueError, FileNotFoundError, InputError, OutputError, MemoryError, WorkerLost) as e:
         _fail(str(e))
 
 

@@ -41,6 +41,27 @@ class ExecutorError(ValueError):
     pass
 
 
+MAIN_GUARD = ("a script that runs tenset_curate with workers > 1 must keep its top-level code under "
+              "`if __name__ == \"__main__\":`, because every worker process imports the main script")
+
+
+class WorkerLost(RuntimeError):
+    """A pool process stopped without returning its item (killed: the out-of-memory killer, a signal; or it failed
+    while it started: most often an unguarded script, ``MAIN_GUARD``). Nothing the command wrote is left half-done
+    (writes are atomic); the same command run again, or with one worker, finishes it."""
+
+
+def refuse_while_importing_main(what: str) -> None:
+    """Fail at once, with the reason, when ``what`` is called by a process that is importing the main script to
+    become a pool worker (multiprocessing marks that process ``_inheriting``): the script's top-level code is
+    running again in the worker, where it would take the dataset lock its parent holds or start a pool of its own,
+    and the parent would only see its pool broken."""
+    import multiprocessing
+
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        raise RuntimeError(f"{what} was called while a worker process was importing the main script: {MAIN_GUARD}")
+
+
 def require_ray():
     """Import Ray or fail with the command that installs it."""
     try:
@@ -114,21 +135,40 @@ def process_pool(executor: str, workers: int):
         return
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    refuse_while_importing_main("a process pool")
 
     pool = ProcessPoolExecutor(max_workers=workers - 1, mp_context=multiprocessing.get_context("forkserver"),
                                initializer=_worker_start, initargs=(os.getpid(),))
     try:
         yield pool
-    except BaseException:
+    except BaseException as e:
         # Ctrl-C or an error: the workers are stopped, not waited for (shutdown waited for the item each was on,
         # and a Ctrl-C that reached a worker mid-item once left the command hung in shutdown, holding its lock)
         procs = list((getattr(pool, "_processes", None) or {}).values())  # shutdown forgets them
         for p in procs:
             p.terminate()
         pool.shutdown(wait=False, cancel_futures=True)
+        if isinstance(e, BrokenProcessPool):
+            why = "killed, for example by the out-of-memory killer" + ("" if _main_is_the_cli() else
+                                                                       f", or failed while starting; {MAIN_GUARD}")
+            raise WorkerLost(f"a worker process stopped before it returned its work ({why}); its error, if it had "
+                             f"one, is printed above; run the command again, or with one worker") from e
         raise
     else:
         pool.shutdown(cancel_futures=True)
+
+
+def _main_is_the_cli() -> bool:
+    """Whether this process is the ``curate`` command (its console script, or ``python -m tenset_curate.cli``)
+    rather than a user's script, whose unguarded top-level code is the usual reason a pool breaks at start."""
+    import sys
+
+    main = sys.modules.get("__main__")
+    cli = sys.modules.get("tenset_curate.cli")
+    return cli is not None and (getattr(main, "app", None) is getattr(cli, "app", ())
+                                or getattr(getattr(main, "__spec__", None), "name", None) == "tenset_curate.cli")
 
 
 THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "POLARS_MAX_THREADS")

@@ -45,7 +45,7 @@ from pathlib import Path
 
 import orjson
 
-from .executors import ExecutorError, check_executor, resolve_executor
+from .executors import ExecutorError, WorkerLost, check_executor, resolve_executor
 from .model import DEFAULT_EPOCHS
 from .storage import (OutputError, atomic_write_bytes, atomic_write_json, atomic_write_text, dataset_lock,
                       remove_stale_tmp, safe_join)
@@ -292,7 +292,7 @@ def run(pipeline: Path, overrides: list[str] | None = None, executor: str = "loc
                 info = STEP_FUNCS[step](params, workdir, base, workers, log,
                                         {"executor": executor, "address": address, "key": key,
                                          "fresh": from_step == step, "steps": steps, "pipeline": str(pipeline)})
-            except (ValueError, FileNotFoundError, KeyError, OutputError, MemoryError) as e:
+            except (ValueError, FileNotFoundError, KeyError, OutputError, MemoryError, WorkerLost) as e:
                 raise PipelineError(f"step {step} failed: {e}") from e
             secs = round(time.perf_counter() - t0, 2)
             state[step] = {"key": key, "summary": info.get("summary", "")}

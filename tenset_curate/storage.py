@@ -247,6 +247,9 @@ class LockedError(OutputError):
 @contextmanager
 def dataset_lock(root: Path, wait: bool = False, timeout: float | None = None, what: str = ""):
     """Hold ``root/.lock`` exclusively for the duration of a write. Fails naming the holder unless ``wait``."""
+    from .executors import refuse_while_importing_main
+
+    refuse_while_importing_main(what or "a write of a dataset")
     root = Path(root)
     try:
         root.mkdir(parents=True, exist_ok=True)

@@ -86,9 +86,12 @@ def test_closing_early_does_not_hang():
 def test_a_dead_pool_process_raises_instead_of_hanging(monkeypatch):
     from concurrent.futures.process import BrokenProcessPool
 
+    from tenset_curate.executors import WorkerLost
+
     monkeypatch.setenv("TC_TEST_PARENT", str(os.getpid()))
-    with watchdog(), pytest.raises(BrokenProcessPool):
+    with watchdog(), pytest.raises(WorkerLost) as e:
         list(map_unordered(die_on, range(12), workers=2, cost=lambda x: -x))  # item 0 first: the pool's
+    assert isinstance(e.value.__cause__, BrokenProcessPool) and "out-of-memory killer" in str(e.value)
 
 
 def test_an_address_sends_convert_and_prune_to_ray(k80_three_logs_dataset, tmp_path, monkeypatch):
@@ -129,13 +132,13 @@ def nap(x):
 
 if __name__ == "__main__":
     with dataset_lock(sys.argv[1], what="sleeper"):
-        results = map_unordered(nap, range(4), workers=2)
+        results = map_unordered(nap, range(int(sys.argv[2])), workers=2)
         print("started", flush=True)
         list(results)
 """
 
 
-def _sleeper(tmp_path):
+def _sleeper(tmp_path, items: int = 4):
     import subprocess
     import sys
     from pathlib import Path
@@ -143,7 +146,7 @@ def _sleeper(tmp_path):
     script = tmp_path / "sleeper.py"
     script.write_text(SLEEPER)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    p = subprocess.Popen([sys.executable, str(script), str(tmp_path / "ds")], stdout=subprocess.PIPE,
+    p = subprocess.Popen([sys.executable, str(script), str(tmp_path / "ds"), str(items)], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, start_new_session=True, env=env)
     assert p.stdout.readline() == b"started\n"
     time.sleep(1.0)  # the pool process is on its item
@@ -184,3 +187,77 @@ def test_ctrl_c_stops_the_pool_at_once_releases_the_lock_and_prints_no_worker_tr
     assert p.returncode != 0 and b"ForkServerProcess" not in err and err.count(b"Traceback") <= 1, err[-2000:]
     time.sleep(0.5)
     assert _group_left(p.pid) == [] and writer_of(tmp_path / "ds") is None
+
+
+def test_a_pool_process_killed_mid_item_is_an_error_that_says_what_happened(tmp_path):
+    """A pool process killed while on its item (the OOM killer, kill -9 of that process) left the command with
+    concurrent.futures' BrokenProcessPool traceback and no word on what to do; it is now ``WorkerLost``, which says
+    so, and the command's lock is released."""
+    from tenset_curate.storage import writer_of
+
+    p = _sleeper(tmp_path, items=1)  # the one item goes to the pool; this process waits for it
+    kids = [int(x) for x in os.popen(f"ps -o pid= -g {p.pid}").read().split() if int(x) != p.pid]
+    workers = [k for k in kids if os.popen(f"ps -o args= -p {k}").read().strip() and
+               os.popen(f"ps -o ppid= -p {k}").read().strip() != str(p.pid)]
+    assert len(workers) == 1, kids  # the forkserver's child: the pool process, on its item
+    os.kill(workers[0], signal.SIGKILL)
+    with watchdog(30):
+        _, err = p.communicate()
+    assert p.returncode == 1 and b"WorkerLost: a worker process stopped before it returned its work" in err, err[-2000:]
+    assert b'if __name__ == "__main__":' in err  # a script, not the curate command: the usual cause is named
+    assert writer_of(tmp_path / "ds") is None
+
+
+UNGUARDED = """
+import sys
+from tenset_curate.convert import convert
+convert([sys.argv[1]], sys.argv[2], workers=2)
+print("converted", flush=True)
+"""
+
+
+def test_a_script_without_the_main_guard_is_told_so(tmp_path):
+    """A notebook user's script that calls ``convert(..., workers=2)`` at its top level (found by the metrics audit,
+    session 30): every pool process imports the main script, ran that convert again, met the dataset lock its
+    parent held and died; the parent failed with BrokenProcessPool after a LockedError about 'another process'. The
+    worker now refuses with the reason, and the parent's error names the guard."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from conftest import _REAL as REAL
+    from tenset_curate.storage import writer_of
+
+    src = REAL / "ansor" / "roller-k80" / "pooling"
+    if not src.is_dir():
+        pytest.skip(f"real logs not found under {REAL}")
+    script = tmp_path / "unguarded.py"
+    script.write_text(UNGUARDED)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    with watchdog(120):
+        r = subprocess.run([sys.executable, str(script), str(src), str(tmp_path / "ds")], capture_output=True,
+                           env=env, cwd=tmp_path)
+    assert r.returncode == 1 and b"converted" not in r.stdout
+    assert b"convert was called while a worker process was importing the main script" in r.stderr, r.stderr[-3000:]
+    assert b"LockedError" not in r.stderr and b"WorkerLost" in r.stderr
+    assert writer_of(tmp_path / "ds") is None
+    script.write_text("if __name__ == '__main__':\n" + "".join(f"    {x}\n" for x in UNGUARDED.strip().splitlines()))
+    with watchdog(120):
+        r = subprocess.run([sys.executable, str(script), str(src), str(tmp_path / "ds")], capture_output=True,
+                           env=env, cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout == b"converted\n", r.stderr[-3000:]
+
+
+def test_the_cli_is_told_apart_from_a_script():
+    """The guard hint is for scripts; the ``curate`` command (console script or ``python -m``) is not told it."""
+    import subprocess
+    import sys
+
+    from tenset_curate.executors import _main_is_the_cli
+
+    assert not _main_is_the_cli()  # pytest's main
+    probe = "from tenset_curate.executors import _main_is_the_cli; print(_main_is_the_cli())"
+    as_script = subprocess.run([sys.executable, "-c", "import tenset_curate.cli; " + probe], capture_output=True)
+    as_console = subprocess.run([sys.executable, "-c", "from tenset_curate.cli import app; " + probe],
+                                capture_output=True)
+    assert (as_script.stdout, as_console.stdout) == (b"False\n", b"True\n"), (as_script.stderr, as_console.stderr)
