@@ -922,6 +922,12 @@ def run_sql(
         con = connect_readonly(dataset_dir)
     try:
         table = _execute(con, query, kind, limit)
+    except (duckdb.InterruptException, RuntimeError) as exc:
+        # DuckDB takes Ctrl-C itself and raises "Query interrupted" (a RuntimeError when it comes through the
+        # Arrow fetch): it is the caller's KeyboardInterrupt, not an error of the query
+        if isinstance(exc, duckdb.InterruptException) or str(exc).startswith("Query interrupted"):
+            raise KeyboardInterrupt from exc
+        raise
     except duckdb.Error as exc:
         first = str(exc).splitlines()[0]
         if isinstance(exc, duckdb.PermissionException) or "Permission Error" in first:

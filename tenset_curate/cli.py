@@ -12,7 +12,31 @@ from typing import List, Optional
 import orjson
 import typer
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, help=__doc__.splitlines()[0])
+WRITERS = {"convert", "prune", "splits make", "train", "report pca", "collect", "verify", "run"}
+
+
+class _Curate(typer.Typer):
+    """The app, saying so when Ctrl-C stops a command (Typer exits 130 without a word)."""
+
+    def __call__(self, *args, **kwargs):
+        try:
+            return super().__call__(*args, **kwargs)
+        except SystemExit as e:
+            if e.code == 130:
+                _log(_interrupted(list(kwargs.get("args") or sys.argv[1:])))
+            raise
+
+
+def _interrupted(argv: list[str]) -> str:
+    words = [a for a in argv if not a.startswith("-")][:2]
+    cmd = " ".join(words[:2]) if words[:1] in (["splits"], ["report"]) else " ".join(words[:1])
+    if cmd in WRITERS:
+        return (f"interrupted: curate {cmd} stopped before it finished; what it was writing may be incomplete: "
+                f"run the same command again to finish it")
+    return f"interrupted: curate {cmd} stopped".rstrip()
+
+
+app = _Curate(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, help=__doc__.splitlines()[0])
 splits_app = typer.Typer(no_args_is_help=True, help="Make and analyse train/valid/test splits.")
 report_app = typer.Typer(no_args_is_help=True, help="Generate reports.")
 app.add_typer(splits_app, name="splits")

@@ -582,3 +582,37 @@ def test_count_over_300k_rows_is_fast(dataset_copy):
     assert out2.to_pylist()[0]["n"] == table.num_rows * (reps + 1)
     assert warm < 1.0, warm
     assert cold < 1.0, cold
+
+
+def test_ctrl_c_during_a_query_is_an_interrupt_not_a_query_error(real_dataset, capsys, monkeypatch):
+    """DuckDB takes Ctrl-C itself and raised "Query interrupted" as a RuntimeError through the Arrow fetch, which
+    `curate sql` printed as `error: RuntimeError: Query interrupted` (exit 2). run_sql now raises KeyboardInterrupt,
+    and the command line says it was interrupted (exit 130, as for every command; Typer said nothing)."""
+    import threading
+
+    from tenset_curate.cli import app
+
+    real_dataset = real_dataset[0]
+    con = connect_readonly(real_dataset)
+    timer = threading.Timer(1.0, con.interrupt)
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt) as e:
+            run_sql(real_dataset, "SELECT count(*) FROM range(100000000000) t(x) WHERE (x * x) % 7 = 3", con=con)
+        assert "Interrupted" in str(e.value.__cause__)  # con.interrupt(); a real SIGINT says "Query interrupted"
+    finally:
+        timer.cancel()
+        con.close()
+
+    def interrupted(*a, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("tenset_curate.catalog.run_sql", interrupted)
+    monkeypatch.setattr("tenset_curate.splits.write_split", interrupted)
+    for argv, said in [(["sql", "SELECT 1", "-d", str(real_dataset)], "interrupted: curate sql stopped\n"),
+                       (["splits", "make", str(real_dataset), "--scheme", "within-task", "--name", "x"],
+                        "interrupted: curate splits make stopped before it finished; what it was writing may be "
+                        "incomplete: run the same command again to finish it\n")]:
+        with pytest.raises(SystemExit) as e:
+            app(args=argv, prog_name="curate")
+        assert e.value.code == 130 and capsys.readouterr().err == said
