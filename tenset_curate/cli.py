@@ -348,6 +348,8 @@ def train(
                           "programs per task"),
     memory_check: bool = typer.Option(True, help="refuse a split whose records would not fit in this machine's "
                                       "memory, before reading them"),
+    include_failed: bool = typer.Option(False, "--include-failed", help="train on the failed measurements too, "
+                                        "with label 0, as TenSet does (left out by default)"),
     json_out: bool = typer.Option(False, "--json"),
 ):
     """Train a cost model on a split's train part (early stopping on valid PCA); fine-tune on the target
@@ -373,7 +375,7 @@ def train(
     try:
         s = train_model(dataset, split, model, out, **({} if epochs is None else {"epochs": epochs}), device=device,
                         seed=seed, progress=not json_out, balance_hardware=balance_hardware, fine_tune=fine_tune,
-                        max_per_task=max_per_task, memory_check=memory_check, **hp)
+                        max_per_task=max_per_task, memory_check=memory_check, include_failed=include_failed, **hp)
     except (ValueError, FileNotFoundError, MemoryError) as e:
         _fail(str(e))
     if json_out:
@@ -409,6 +411,8 @@ def evaluate(
     dataset: Path = typer.Argument(...),
     split: str = typer.Option(...),
     part: str = typer.Option("test"),
+    include_failed: bool = typer.Option(False, "--include-failed", help="score the failed measurements too, with "
+                                        "label 0 (TenSet keeps them in its test sets; left out by default)"),
     json_out: bool = typer.Option(False, "--json"),
 ):
     """TenSet metrics (PCA, top-1, top-5) of a model on a split part, overall, per operator and hardware."""
@@ -416,7 +420,7 @@ def evaluate(
     from .training import evaluate_model
 
     try:
-        s = evaluate_model(model_dir, dataset, split, part)
+        s = evaluate_model(model_dir, dataset, split, part, include_failed=include_failed)
     except (ValueError, FileNotFoundError, ModelLoadError) as e:
         _fail(str(e))
     if json_out:

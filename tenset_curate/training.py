@@ -25,15 +25,18 @@ PARTS = ("train", "valid", "test")  # the parts of a split a model is scored on
 SEEN_TASK_LAMBDARANK_WEIGHT = 0.25  # attention's LambdaRank weight when the test tasks are trained on (see below)
 
 
-def data_hash(dataset: Path, split: str | None, max_per_task: int | None = None, seed: int = 0) -> str:
+def data_hash(dataset: Path, split: str | None, max_per_task: int | None = None, seed: int = 0,
+              include_failed: bool = False) -> str:
     """The training data's identity: the dataset's manifest, the split and, when the programs per task were capped,
-    the cap and the seed of its draw."""
+    the cap and the seed of its draw; and whether failed records trained."""
     h = hashlib.sha256()
     for p in [Path(dataset) / "manifest.json"] + ([Path(dataset) / "splits" / f"{split}.parquet"] if split else []):
         if p.exists():
             h.update(p.read_bytes())
     if max_per_task is not None:
         h.update(f"max_per_task={max_per_task} seed={seed}".encode())
+    if include_failed:
+        h.update(b"include_failed")
     return h.hexdigest()[:16]
 
 
@@ -42,10 +45,11 @@ OPERATOR_INPUTS = ["workload_name", "workload_key", "source_file"]  # and featur
 
 
 def split_index(dataset: Path, split: str, max_per_task: int | None = None, seed: int = 0,
-                tasks_of: str | tuple[str, ...] | None = None) -> pl.DataFrame:
+                tasks_of: str | tuple[str, ...] | None = None, include_failed: bool = False) -> pl.DataFrame:
     """The valid records of a split, light: record_id, hardware, task_id, best_cost, label, part, op_class, in the
     split's order. Reads only the label and operator inputs of the dataset's records (a task's label scale is its
     best valid record, whatever else is kept); ``read_rows`` then reads the whole rows of the ones used.
+    ``include_failed``: the failed records too (label 0; TenSet trains and tests on them, labels.py), as asked.
 
     ``max_per_task`` keeps at most that many records of each (hardware, task) on the training side (train and valid
     parts together), drawn by ``splits._u01(record_id, seed)``, so the draw does not depend on shards or order; the
@@ -60,7 +64,8 @@ def split_index(dataset: Path, split: str, max_per_task: int | None = None, seed
     sp = read_split(dataset, split).select("record_id", "part").unique("record_id", keep="first", maintain_order=True)
     files = record_files(dataset)
     labels = (with_labels(pl.scan_parquet(files, hive_partitioning=False).select(LABEL_INPUTS))
-              .filter(pl.col("is_valid")).select("record_id", "hardware", "task_id", "best_cost", "label")
+              .filter(pl.col("is_valid") | include_failed)
+              .select("record_id", "hardware", "task_id", "best_cost", "label")
               .collect().unique("record_id", keep="first", maintain_order=True))  # the costs lists never held
     light = sp.join(labels, on="record_id", how="inner", maintain_order="left")  # the split's order: the rows' order
     if light.is_empty() and sp.height:
@@ -419,7 +424,7 @@ def fit_on_frame(df: pl.DataFrame, kind: str, seed: int = 0, epochs: int = DEFAU
 
 
 def training_frame(dataset: Path, split: str, kind: str, max_per_task: int | None = None, seed: int = 0,
-                   memory_check: bool = True, keep_ids: pl.Series | None = None,
+                   memory_check: bool = True, keep_ids: pl.Series | None = None, include_failed: bool = False,
                    **hp) -> tuple[pl.DataFrame, dict, float | None]:
     """What ``train_model`` reads: the records of the tasks that train (their test records too: the within-task
     statistics see them), and ``hp`` with the split's LambdaRank weight and fine-tuning hardware decided on the
@@ -427,7 +432,7 @@ def training_frame(dataset: Path, split: str, kind: str, max_per_task: int | Non
     them on a network-, operator-, task- or zero-shot hardware-wise split) are never read whole. ``keep_ids``: the
     training side keeps only these record ids (a pruned dataset's; the test part stays whole). Returns the frame,
     the hyperparameters and the share of test records whose task trains (``seen_task_share``)."""
-    index = split_index(dataset, split, max_per_task, seed)
+    index = split_index(dataset, split, max_per_task, seed, include_failed=include_failed)
     if keep_ids is not None:
         index = index.filter((pl.col("part") == "test") | pl.col("record_id").is_in(keep_ids.implode()))
     hp = split_hparams(index, kind, hp)
@@ -443,7 +448,7 @@ def training_frame(dataset: Path, split: str, kind: str, max_per_task: int | Non
 
 def train_model(dataset: Path, split: str, kind: str, out: Path, epochs: int = DEFAULT_EPOCHS, device: str = "cpu",
                 seed: int = 0, progress: bool = True, max_per_task: int | None = None, memory_check: bool = True,
-                **hp) -> dict:
+                include_failed: bool = False, **hp) -> dict:
     """Train a ``kind`` model (``attention``, ``mlp`` or ``gbdt``) on the train part of ``split`` (its valid part,
     if any, picks the epoch) and save the model directory ``out``; what ``curate train`` runs, with the same
     defaults. ``epochs``: neural models only. ``max_per_task``: at most that many records of each task on the
@@ -451,22 +456,27 @@ def train_model(dataset: Path, split: str, kind: str, out: Path, epochs: int = D
     machine's memory before reading its rows whole (``check_training_memory``). Reads ``training_frame``, which
     decides by the split what ``hp`` leaves unset: ``fine_tune`` (a few-shot hardware split), ``lambdarank_weight``,
     ``positions`` and ``diverse_top_k`` (attention); ``hp`` are the model's hyperparameters otherwise, plus
-    ``balance_hardware``. Returns {model, out, train_records, seconds, valid: {pca, top1, top5}, ...}: what it
-    decided, the hardware repeats and fine-tuning among them."""
+    ``balance_hardware``. ``include_failed``: failed records train too, with label 0 (labels.py; TenSet trains on
+    them). Returns {model, out, train_records, seconds, valid: {pca, top1, top5}, ...}: what it decided, the hardware
+    repeats and fine-tuning among them."""
     t0 = time.perf_counter()
     if kind not in MODEL_KINDS:
         raise ValueError(f"unknown model {kind!r}; choose from {', '.join(MODEL_KINDS)}")
     check_device(kind, device)
     if Path(out).exists() and not Path(out).is_dir():  # refused after the training, before
         raise FileExistsError(f"{out}: a file; the model is a directory")
-    df, hp, share = training_frame(dataset, split, kind, max_per_task, seed, memory_check, **hp)
-    m, d = fit_on_frame(df, kind, seed, epochs, device, progress, data_hash(dataset, split, max_per_task, seed), **hp)
+    df, hp, share = training_frame(dataset, split, kind, max_per_task, seed, memory_check,
+                                   include_failed=include_failed, **hp)
+    m, d = fit_on_frame(df, kind, seed, epochs, device, progress,
+                        data_hash(dataset, split, max_per_task, seed, include_failed), **hp)
     m.save(out)
     part = df["part"].to_numpy()
     res = {"model": kind, "out": str(out), "train_records": int((part == "train").sum()),
            "seconds": round(time.perf_counter() - t0, 2)}
     if max_per_task is not None:
         res["max_per_task"] = max_per_task
+    if include_failed:
+        res["failed_records_trained"] = int(((part == "train") & (df["label"].to_numpy() <= 0)).sum())
     if m.fine_tuned:
         res["fine_tuned"] = m.fine_tuned
     if kind == "attention":
@@ -490,7 +500,7 @@ EVAL_CHUNK_RECORDS = 100_000  # records of whole tasks read, featurised and scor
 
 
 def score_part(models: dict, dataset: Path, split: str, part: str = "test",
-               chunk_records: int = EVAL_CHUNK_RECORDS) -> tuple[dict, dict]:
+               chunk_records: int = EVAL_CHUNK_RECORDS, include_failed: bool = False) -> tuple[dict, dict]:
     """Predictions of each of ``models`` (name -> loaded model) on one part of a split, read in chunks of whole tasks
     of about ``chunk_records`` records: each chunk is read, featurised and scored, and only its predictions are
     kept, so memory does not grow with the part (a TenSet-sized test part of a million records needs about 19 GB at
@@ -500,7 +510,7 @@ def score_part(models: dict, dataset: Path, split: str, part: str = "test",
     ``"labels"``, ``"groups"}``, ``{name: predictions}``), the part's records in the split's order."""
     if part not in PARTS:  # refused before the split is read
         raise ValueError(f"part {part!r}: one of {', '.join(PARTS)}")
-    index = split_index(dataset, split, tasks_of=part)
+    index = split_index(dataset, split, tasks_of=part, include_failed=include_failed)
     if not (index["part"] == part).any():
         raise ValueError(f"split {split} has no valid records in part {part!r}")
     tasks = index.group_by("hardware", "task_id", maintain_order=True).len()
@@ -524,13 +534,15 @@ def score_part(models: dict, dataset: Path, split: str, part: str = "test",
 
 
 def evaluate_model(model_dir: Path, dataset: Path, split: str, part: str = "test",
-                   chunk_records: int = EVAL_CHUNK_RECORDS) -> dict:
+                   chunk_records: int = EVAL_CHUNK_RECORDS, include_failed: bool = False) -> dict:
     """TenSet metrics of a saved model on one part of a split: overall, per operator class, per hardware, and per
     task (``per_task``, its ``task_id`` the "hardware/task_id" the records name). Scored by ``score_part``, in chunks
-    of whole tasks."""
+    of whole tasks. ``include_failed``: the part's failed records are scored too (label 0; metrics.py, "Failed
+    records")."""
     from .metrics import evaluate_predictions
     from .model import load_model
 
     m = load_model(model_dir, expected_feature_version=FEATURE_VERSION)
-    d, preds = score_part({"m": m}, dataset, split, part, chunk_records)
-    return evaluate_predictions(d["task_ids"], d["labels"], preds["m"], groups=d["groups"])
+    d, preds = score_part({"m": m}, dataset, split, part, chunk_records, include_failed)
+    return evaluate_predictions(d["task_ids"], d["labels"], preds["m"], groups=d["groups"],
+                                include_failed=include_failed)

@@ -138,6 +138,24 @@ def test_evaluate_skips_invalid_records_and_checks_inputs():
         evaluate_predictions(task_ids, labels, preds[:3])
 
 
+def test_include_failed_scores_failed_records_as_the_worst_and_skips_unmeasured_tasks():
+    """The issue: failed records are excluded from metrics "unless asked for" (found missing by the session-30
+    audit; TenSet keeps them in its test sets with a near-zero label)."""
+    task_ids = np.array([0, 0, 0, 0, 1, 1])
+    labels = np.array([0.5, 0.0, np.nan, 1.0, 0.0, 0.0])  # task 1: every measurement failed
+    preds = np.array([0.0, 5.0, 5.0, 1.0, 1.0, 2.0])
+    r = evaluate_predictions(task_ids, labels, preds, include_failed=True)
+    # records 0, 1, 3 of task 0 (NaN is no label at all); the failing program is ranked first: top-1 0; pairs
+    # (0,1) wrong, (0,3) right, (1,3) wrong
+    assert (r["n_tasks"], r["n_records"], r["top1"], r["top5"]) == (1, 3, 0.0, 1.0)
+    assert r["pca"] == pytest.approx(1 / 3)
+    assert r["pca"] == _tenset_pca(preds[[0, 1, 3]], labels[[0, 1, 3]])
+    default = evaluate_predictions(task_ids, labels, preds)
+    assert (default["n_records"], default["pca"], default["top1"]) == (2, 1.0, 1.0)
+    r = evaluate_predictions(task_ids, labels, preds, include_failed=True, valid=np.array([1, 0, 1, 1, 1, 1]) > 0)
+    assert (r["n_records"], r["pca"]) == (2, 1.0)
+
+
 # ------------------------------------------------------------------------------------------
 # random baseline (exact expectation)
 # ------------------------------------------------------------------------------------------

@@ -161,6 +161,37 @@ def test_cli_train_max_per_task_and_memory_refusal(ds, tmp_path, monkeypatch):
     assert json.loads((tmp_path / "big" / "config.json").read_text())["data_manifest_hash"] == capped
 
 
+def test_include_failed_trains_and_scores_the_failed_measurements_when_asked(ds, tmp_path):
+    """`curate train/evaluate --include-failed`: the issue excludes failed records from training and metrics
+    "unless asked for", and nothing could ask (session-30 audit). Asked, they come in with label 0; the measured
+    records keep their labels."""
+    from tenset_curate.training import split_index
+
+    full = labelled_split(ds, "scale_wt")
+
+    a, b = split_index(ds, "scale_wt"), split_index(ds, "scale_wt", include_failed=True)
+    failed = b.filter(pl.col("label") == 0)
+    assert failed.height > 100 and a.height + failed.height == b.height
+    assert b.filter(pl.col("label") > 0).drop("op_class").equals(a.drop("op_class"))
+    r = CliRunner().invoke(app, ["train", str(ds), "--split", "scale_wt", "--model", "gbdt", "--out",
+                                 str(tmp_path / "f"), "--include-failed", "--json"])
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.stdout)
+    assert s["failed_records_trained"] == failed.filter(pl.col("part") == "train").height
+    assert s["train_records"] == b.filter(pl.col("part") == "train").height
+    assert full.filter(pl.col("part") == "train").height == s["train_records"] - s["failed_records_trained"]
+    scores = {}
+    for flag in ([], ["--include-failed"]):
+        r = CliRunner().invoke(app, ["evaluate", str(tmp_path / "f"), str(ds), "--split", "scale_wt", "--json"] + flag)
+        assert r.exit_code == 0, r.output
+        scores[bool(flag)] = json.loads(r.stdout)
+    test = b.filter(pl.col("part") == "test")
+    measured = test.group_by("hardware", "task_id").agg(pl.col("label").max()).filter(pl.col("label") > 0)
+    n_with = test.join(measured.select("hardware", "task_id"), on=["hardware", "task_id"], how="semi").height
+    assert scores[False]["n_records"] == test.filter(pl.col("label") > 0).height < scores[True]["n_records"] == n_with
+    assert scores[True]["pca"] != scores[False]["pca"]
+
+
 def test_training_reads_only_the_tasks_that_train_and_trains_the_same_model(ds, tmp_path):
     full = labelled_split(ds, "scale_hw")  # K80 trains, MI50 is tested: no MI50 task trains
     df, hp, share = training_frame(ds, "scale_hw", "attention")
