@@ -1,11 +1,19 @@
 """Labels as TenSet defines them.
 
-TenSet (``scripts/common.py`` / ``python/tvm/auto_scheduler/dataset.py``, ``make_dataset_from_log_file``) labels a
-measurement with its normalised throughput: for each task, ``min(costs of the task) / cost`` so the best program
-scores 1 and every other one lies in (0, 1]. We compute it per (hardware, task): the minimum is taken over the
-task's *valid* records on that hardware only. Failed or invalid records (``is_valid`` false, null ``mean_cost``)
-get label 0 and keep ``is_valid = false``; training and metrics exclude them unless asked. The mean is taken from
-``costs`` in float64, as TenSet does (the stored ``mean_cost`` is that mean rounded to float32, a compact summary).
+TenSet labels a measurement with its normalised throughput (``python/tvm/auto_scheduler/dataset.py`` calls
+``get_per_store_features_from_measure_pairs``, whose C++ side, ``GetPerStoreFeaturesFromMeasurePairs`` in
+``src/auto_scheduler/feature.cc``, computes it): a record's cost is the mean of its ``costs`` (``FloatArrayMean``),
+and its label is the task's minimum cost / its cost, so the best program scores 1 and every other one lies in
+(0, 1]. A task is (workload key, target).
+
+Where we differ, on purpose: the minimum is taken over the task's *valid* records on that hardware only (TenSet's
+includes the failed ones, whose cost is 1e10, so it only matters for a task where every record failed); failed or
+invalid records (``is_valid`` false, null ``mean_cost``) get label 0 and keep ``is_valid = false``, and training and
+metrics leave them out unless asked (``include_failed``; TenSet keeps them with a label of about 1e-14). The mean
+is computed in float64 where TenSet casts it to float32 and divides in float32: on the 204,617 valid real Ansor
+records here, 80,406 labels differ from TenSet's by at most 1.3e-7 and no pair of records changes its order
+(session-30 audit), so PCA and top-k are unchanged. A pruned dataset's labels are its own: ``prune`` merges the
+costs of duplicate schedules into the record it keeps (``prune.merge_duplicates``), whose mean then moves.
 """
 from __future__ import annotations
 

@@ -54,9 +54,11 @@ Top-k score, ``topk_score`` (keys ``top1``, ``top5``)
     labels are TenSet throughput labels (``min_cost / cost``, in (0, 1]), so 1.0 means the model's
     top-k contains the best measured schedule. Picks use TenSet's order
     ``np.argsort(preds)[::-1][:k]`` made deterministic with a stable sort: among tied
-    predictions the record with the larger index is picked first (TenSet's default quicksort
-    behaves the same for n <= 16 and is unspecified beyond). A task with fewer than k records
-    picks all of them (score 1).
+    predictions the record with the larger index is picked first. TenSet's default sort leaves
+    the order of ties to NumPy's version and CPU (NumPy >= 1.25 sorts with SIMD code that does
+    not keep tied items in order, from n = 4 on), so top-k on tied predictions can differ from a
+    TenSet run by the choice among the ties; PCA does not depend on it. A task with fewer than k
+    records picks all of them (score 1).
 
     ``top1`` equals TenSet's "average peak score@1".
 
