@@ -276,7 +276,7 @@ class _UnitFailed(Exception):
 
 
 # what a broken input raises while it is read; it fails alone, the rest of its group is converted
-_READ_ERRORS = (InputError, ValueError, OSError, OverflowError, RecursionError, AssertionError)
+_READ_ERRORS = (InputError, ValueError, OSError, OverflowError, RecursionError, AssertionError, MemoryError)
 
 
 def convert_group(members: list, out: Path, hardware: str | None) -> dict:

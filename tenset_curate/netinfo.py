@@ -282,10 +282,22 @@ def _safe_name(text: Any) -> str:
 
 
 # Opcodes TenSet's network_info pickles never contain and whose failure paths misbehave in CPython
-# (protocol-5 out-of-band buffers; BYTEARRAY8 allocates its full declared size up front).
-_REFUSED_OPCODES = frozenset({"NEXT_BUFFER", "READONLY_BUFFER", "BYTEARRAY8"})
+# (protocol-5 out-of-band buffers; BYTEARRAY8 allocates its full declared size up front), or that get around
+# ``find_class``: EXT1/2/4 take an object from copyreg's extension cache when another library registered a code
+# and a plain ``pickle.loads`` used it. DUP, which CPython's pickler never writes, copies the top of the stack for one
+# byte each: 20 MB of DUPs are an 18 GiB stack.
+_REFUSED_OPCODES = frozenset({"NEXT_BUFFER", "READONLY_BUFFER", "BYTEARRAY8", "EXT1", "EXT2", "EXT4", "DUP"})
 _MEMO_PUT = frozenset({"PUT", "BINPUT", "LONG_BINPUT"})
 _MEMO_GET = frozenset({"GET", "BINGET", "LONG_BINGET"})
+# Opcodes that change the object under them in place (a list appended to, a dict set, an object's state built):
+# the result nests only as deep as what goes in, not one level per call.
+_IN_PLACE = frozenset({"APPEND", "APPENDS", "SETITEM", "SETITEMS", "ADDITEMS", "BUILD"})
+# The deepest nesting and the most stack items a network_info pickle may build. The real TenSet files nest 9 deep
+# and hold at most a few hundred items on the stack; CPython hashes a 1,000,000-deep tuple (a dict key) without a
+# recursion guard and dies with SIGSEGV.
+MAX_PICKLE_DEPTH = 200
+MAX_PICKLE_STACK = 1_000_000
+_MARK = -1
 
 
 def _prescan(data: bytes, where: str) -> None:
@@ -297,11 +309,18 @@ def _prescan(data: bytes, where: str) -> None:
     the protocol-5 buffer opcodes.  Also finds truncation (no STOP) with a clear message.
     """
     memo_len = 0
+    # the stack the unpickler would build, as the nesting depth of each item (_MARK for a mark), and the memo's
+    stack: list[int] = []
+    memo: dict[int, int] = {}
+    end = -1
     try:
         for op, arg, pos in pickletools.genops(data):
             name = op.name
             if name in _REFUSED_OPCODES:
-                raise NetInfoError(f"{where}: refusing opcode {name} at byte {pos} (not used by network_info pickles)")
+                raise (HostilePickleError if name.startswith("EXT") else NetInfoError)(
+                    f"{where}: refusing opcode {name} at byte {pos} (not used by network_info pickles"
+                    + ("; it names a global by a registry code, around the allow-list)" if name.startswith("EXT")
+                       else ")"))
             if name == "MEMOIZE":
                 memo_len += 1
             elif name in _MEMO_PUT:
@@ -311,12 +330,58 @@ def _prescan(data: bytes, where: str) -> None:
             elif name in _MEMO_GET:
                 if not isinstance(arg, int) or not 0 <= arg < memo_len:
                     raise NetInfoError(f"{where}: memo index {arg} at byte {pos} was never defined")
+            _stack_effect(op, arg, pos, stack, memo, memo_len, where)
+            if name == "STOP":
+                end = pos + 1
+        if end != len(data):
+            raise NetInfoError(f"{where}: {len(data) - end} bytes after the pickle's end (STOP at byte {end - 1}); a "
+                               "network_info file holds one pickle")
     except NetInfoError:
         raise
     except RecursionError:
         raise NetInfoError(f"{where}: pickle nests too deeply") from None
     except Exception as exc:  # noqa: BLE001 - genops raises ValueError for truncation / unknown opcodes
         raise NetInfoError(f"{where}: not a valid pickle ({type(exc).__name__}: {_short(exc)})") from None
+
+
+def _stack_effect(op, arg, pos: int, stack: list, memo: dict, memo_len: int, where: str) -> None:
+    """Apply one opcode's effect (pickletools' ``stack_before`` / ``stack_after``) to the depth stack; refuse nesting
+    deeper than ``MAX_PICKLE_DEPTH`` or a stack over ``MAX_PICKLE_STACK`` items."""
+    name = op.name
+    if name in _MEMO_GET:
+        stack.append(memo[arg])
+    elif name == "MEMOIZE" or name in _MEMO_PUT:
+        if not stack or stack[-1] == _MARK:
+            raise NetInfoError(f"{where}: {name} at byte {pos} with nothing to store")
+        memo[memo_len - 1 if name == "MEMOIZE" else arg] = stack[-1]
+    else:
+        before = op.stack_before
+        popped: list[int] = []
+        n = len(before)
+        if pickletools.markobject in before:  # [below..., markobject, (any,) stackslice]: pop to the mark
+            while stack and stack[-1] != _MARK:
+                popped.append(stack.pop())
+            if not stack:
+                raise NetInfoError(f"{where}: {name} at byte {pos} without a MARK")
+            stack.pop()
+            n = before.index(pickletools.markobject)
+        under = []
+        for _ in range(n):
+            if not stack or stack[-1] == _MARK:
+                raise NetInfoError(f"{where}: {name} at byte {pos} finds the stack empty")
+            under.append(stack.pop())
+        for item in op.stack_after:
+            if item is pickletools.markobject:
+                stack.append(_MARK)
+            elif name in _IN_PLACE and under:  # the container (deepest under the arguments) keeps its place
+                stack.append(max(under[-1], 1 + max(under[:-1] + popped, default=-1)))
+            else:
+                stack.append(1 + max(under + popped, default=-1))
+    if stack and stack[-1] > MAX_PICKLE_DEPTH:
+        raise NetInfoError(f"{where}: the pickle nests deeper than {MAX_PICKLE_DEPTH} levels at byte {pos} (a "
+                           "network_info file nests about 10)")
+    if len(stack) > MAX_PICKLE_STACK:
+        raise NetInfoError(f"{where}: the pickle stacks more than {MAX_PICKLE_STACK:,} items at byte {pos}")
 
 
 def restricted_loads(data: bytes, *, source: Any = None) -> Any:
@@ -371,12 +436,14 @@ def _read_capped(path: Path, max_bytes: int) -> bytes:
             size = os.fstat(fh.fileno()).st_size
             if size > max_bytes:
                 raise PickleTooLargeError(f"{where}: file size {size} exceeds the cap of {max_bytes} bytes")
-            data = fh.read(max_bytes + 1)
+            data = fh.read(size + 1)  # not max_bytes + 1: that reserves the whole cap (2 GiB) up front
             if len(data) > max_bytes:
                 raise PickleTooLargeError(f"{where}: file exceeds the cap of {max_bytes} bytes")
             return data
     except NetInfoError:
         raise
+    except MemoryError:
+        raise NetInfoError(f"{where}: out of memory while reading the file") from None
     except (OSError, EOFError, zlib.error) as exc:
         if isinstance(exc, FileNotFoundError | IsADirectoryError | PermissionError):
             raise NetInfoError(f"{where}: cannot read file ({type(exc).__name__}: {_short(exc)})") from None
@@ -576,7 +643,13 @@ NETWORKS_SCHEMA = pa.schema(
 )
 
 
-def _task_row(task: Any, index: int, where: str) -> dict[str, Any]:
+WORKLOAD_KEY_MAX = 64 << 10  # characters; Ansor's keys are a name and the shape numbers, well under 1 KiB
+
+
+def _task_row(task: Any, index: int, where: str, seen: dict | None = None) -> dict[str, Any]:
+    """One task's row. ``seen`` caches what tasks of one file share (a workload key, a target object): a pickle
+    refers to one object many times for a byte each, so parsing it once per task let a 2 KB file take minutes."""
+    seen = {} if seen is None else seen
     if not isinstance(task, SearchTaskStandIn):
         raise NetInfoError(f"{where}: task {index} is a {type(task).__name__}, not a SearchTask")
     state = task.__dict__.get("state")
@@ -586,15 +659,23 @@ def _task_row(task: Any, index: int, where: str) -> dict[str, Any]:
     if not isinstance(key, str):
         raise NetInfoError(f"{where}: task {index} has no string workload_key")
     key = str.__str__(key)
+    if len(key) > WORKLOAD_KEY_MAX:
+        raise NetInfoError(f"{where}: task {index} workload_key is {len(key):,} characters (at most "
+                           f"{WORKLOAD_KEY_MAX:,}; Ansor's are a name and shape numbers)")
+    if ("key", key) not in seen:
+        try:
+            parsed = json.loads(key)
+        except (ValueError, RecursionError):
+            raise NetInfoError(f"{where}: task {index} workload_key is not JSON") from None
+        if not isinstance(parsed, list) or not parsed or not isinstance(parsed[0], str):
+            raise NetInfoError(f"{where}: task {index} workload_key is not a JSON list starting with a name")
+        seen["key", key] = True
+    tobj = state.get("target")
     try:
-        parsed = json.loads(key)
-    except (ValueError, RecursionError):
-        raise NetInfoError(f"{where}: task {index} workload_key is not JSON") from None
-    if not isinstance(parsed, list) or not parsed or not isinstance(parsed[0], str):
-        raise NetInfoError(f"{where}: task {index} workload_key is not a JSON list starting with a name")
-    try:
-        target = _target_string(state.get("target"))
-        kind = _target_kind(target)
+        if ("target", id(tobj)) not in seen:  # the object is alive for the whole file: its id is not reused
+            target = _target_string(tobj)
+            seen["target", id(tobj)] = (target, _target_kind(target))
+        target, kind = seen["target", id(tobj)]
     except (ValueError, KeyError, IndexError, TypeError, AttributeError, RecursionError) as exc:
         raise NetInfoError(f"{where}: task {index} has an unreadable target ({type(exc).__name__}: {_short(exc)})") from None
     if not kind:
@@ -640,13 +721,19 @@ def read_network_info(
             batch_size = shapes[0][0] if shapes and shapes[0] else None
 
     rows = []
+    seen: dict = {}
+    first: dict[int, int] = {}
     for i, task in enumerate(tasks):
-        row = _task_row(task, i, where)
+        j = first.setdefault(id(task), i)
+        if j != i:  # one pickled object listed again (a byte each): TenSet lists a task once, with its weight
+            raise NetInfoError(f"{where}: task {i} is task {j} again (the same pickled object); a network_info file "
+                               "lists each task once")
+        row = _task_row(task, i, where, seen)
         weight = None
         if weights is not None:
             w = weights[i]
-            if type(w) is not int or w <= 0:
-                raise NetInfoError(f"{where}: task {i} weight is not a positive int")
+            if type(w) is not int or not 0 < w < 2 ** 63:
+                raise NetInfoError(f"{where}: task {i} weight is not a positive int (below 2**63)")
             weight = w
         rows.append(
             {

@@ -203,20 +203,26 @@ def test_hostile_bytes_name_the_source():
         restricted_loads(pickle.dumps(_Call(os.system, "true")), source="somewhere.pkl")
 
 
-def test_extension_registry_goes_through_allow_list(tmp_path):
-    """EXT1 looks (module, name) up in copyreg's registry and must still hit find_class."""
+def test_extension_codes_are_refused_even_when_the_registry_cache_holds_them(tmp_path):
+    """EXT1/2/4 look (module, name) up in copyreg's registry; once a plain ``pickle.loads`` in the process has used
+    a code, the C unpickler takes the object from ``copyreg._extension_cache`` without asking ``find_class`` (found
+    by the session-30 audit: the restricted load returned ``os.getcwd()``). The opcodes are refused outright."""
     sentinel = tmp_path / "PWNED"
     code = 0xF1
-    copyreg.add_extension("os", "system", code)
+    copyreg.add_extension("os", "getcwd", code)
     try:
-        data = _pickle(_call(pickle.EXT1 + bytes([code]), _s(_sh(sentinel))), proto=2)
-        path = tmp_path / NAME
-        path.write_bytes(data)
-        with pytest.raises(HostilePickleError, match=r"os\.system") as ei:
-            read_network_info(path)
-        assert os.fspath(path) in str(ei.value)
+        assert pickle.loads(_pickle(pickle.EXT1 + bytes([code]), proto=2)) is os.getcwd  # the cache now holds it
+        for ext in (pickle.EXT1 + bytes([code]), pickle.EXT2 + struct.pack("<H", code),
+                    pickle.EXT4 + struct.pack("<i", code)):
+            data = _pickle(_call(ext), proto=2)
+            path = tmp_path / NAME
+            path.write_bytes(data)
+            with pytest.raises(HostilePickleError, match=r"refusing opcode EXT") as ei:
+                read_network_info(path)
+            assert os.fspath(path) in str(ei.value)
     finally:
-        copyreg.remove_extension("os", "system", code)
+        copyreg.remove_extension("os", "getcwd", code)
+        copyreg.clear_extension_cache()
     assert not sentinel.exists()
 
 
@@ -432,3 +438,103 @@ def test_fuzz_gzip_container_flips(tmp_path, flips):
         read_network_info(path)
     except ValueError as exc:
         assert isinstance(exc, NetInfoError) and os.fspath(path) in str(exc)
+
+
+# --------------------------------------------------------------------------- session-30 audit: small files, big work
+
+
+def _task_obj(key: bytes, target: bytes) -> bytes:
+    state = pickle.EMPTY_DICT + _s("workload_key") + key + pickle.SETITEM + _s("target") + target + pickle.SETITEM
+    return _call(_g("tvm.runtime.object", "_new_object"), _g("tvm.auto_scheduler.search_task", "SearchTask")) + \
+        state + pickle.BUILD
+
+
+KEY = _s('["9847f8cc0b305137f49f2c5c0c8ab25d", 1, 2048]')
+
+
+def _file(tmp_path, tasks: list[bytes], weights: list[bytes], tail: bytes = b"") -> Path:
+    path = tmp_path / NAME
+    path.write_bytes(_pickle(_list(tasks) + _list(weights) + pickle.TUPLE2) + tail)
+    return path
+
+
+def test_a_deeply_nested_tuple_is_refused_before_it_is_built(tmp_path):
+    """A 1 KB gzip of a 1,000,000-deep tuple used as a dict key made CPython's unpickler hash it without a recursion
+    guard: SIGSEGV, `curate convert` gone with exit 139 and no word. Run in a child so a regression fails the test
+    instead of killing pytest."""
+    import sys
+
+    deep = pickle.EMPTY_TUPLE + pickle.TUPLE1 * 1_000_000
+    path = tmp_path / (NAME + ".gz")
+    path.write_bytes(gzip.compress(_pickle(pickle.EMPTY_DICT + deep + pickle.NONE + pickle.SETITEM)))
+    assert path.stat().st_size < 3000
+    code = ("import sys; from tenset_curate.netinfo import read_network_info, NetInfoError\n"
+            "try:\n    read_network_info(sys.argv[1])\nexcept NetInfoError as e:\n    print(e)")
+    r = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    assert "nests deeper than 200 levels" in r.stdout and str(path) in r.stdout
+
+
+def test_one_object_many_times_is_refused_not_multiplied(tmp_path):
+    """A task pickled once and listed 1,000,000 times (a memo GET is 2 bytes) gave 1,000,000 rows and 1.1 GB from a
+    2.4 KB file; the stack-copy opcode DUP did the same (a stack of 20M copies from 19 KB)."""
+    one = _task_obj(KEY, _s("cuda")) + pickle.BINPUT + b"\x00"
+    path = _file(tmp_path, [one] + [pickle.BINGET + b"\x00"] * 1000, [_int(1)] * 1001)
+    with pytest.raises(NetInfoError, match="task 1 is task 0 again"):
+        read_network_info(path)
+    path = _file(tmp_path, [_task_obj(KEY, _s("cuda")) + pickle.DUP * 10], [_int(1)])
+    with pytest.raises(NetInfoError, match="refusing opcode DUP"):
+        read_network_info(path)
+
+
+def test_one_huge_key_shared_by_many_tasks_is_refused(tmp_path):
+    """Distinct tasks sharing one 1.5 MB workload key through the memo: each row copied and parsed it (63 s for 3,000
+    tasks, or an ArrowMemoryError traceback naming no file)."""
+    big = _s('["x"' + ", 1" * 500_000 + "]") + pickle.BINPUT + b"\x00"
+    tasks = [_task_obj(big, _s("cuda"))] + [_task_obj(pickle.BINGET + b"\x00", _s("cuda"))] * 3
+    with pytest.raises(NetInfoError, match=r"task 0 workload_key is 1,500,005 characters"):
+        read_network_info(_file(tmp_path, tasks, [_int(1)] * 4))
+
+
+def test_a_shared_target_and_key_are_read_once_per_file(tmp_path, monkeypatch):
+    """Tasks that share a target object and a key (as a memo lets any file do) parse each once."""
+    from tenset_curate import netinfo
+
+    calls = []
+    real = netinfo._target_string
+    monkeypatch.setattr(netinfo, "_target_string", lambda o: calls.append(1) or real(o))
+    tgt = _s("cuda -keys=cuda,gpu") + pickle.BINPUT + b"\x00"
+    tasks = [_task_obj(KEY, tgt)] + [_task_obj(_s(f'["k{i}", 1]'), pickle.BINGET + b"\x00") for i in range(50)]
+    rows = read_network_info(_file(tmp_path, tasks, [_int(2)] * 51))
+    assert len(rows) == 51 and {r["target"] for r in rows} == {"cuda -keys=cuda,gpu"} and len(calls) == 1
+    assert [r["task_weight"] for r in rows] == [2] * 51
+
+
+def test_bytes_after_the_pickle_and_a_weight_beyond_int64_are_refused(tmp_path):
+    """Data after STOP (junk, or a gzip file of two members: two pickles) was dropped without a word; a weight of
+    2**70 passed read_network_info and failed later in networks_table with an OverflowError naming no file."""
+    task = _task_obj(KEY, _s("cuda"))
+    with pytest.raises(NetInfoError, match=r"4 bytes after the pickle's end"):
+        read_network_info(_file(tmp_path, [task], [_int(1)], tail=b"junk"))
+    two = tmp_path / (NAME + ".gz")
+    one = _pickle(_list([task]) + _list([_int(1)]) + pickle.TUPLE2)
+    two.write_bytes(gzip.compress(one) + gzip.compress(one))
+    with pytest.raises(NetInfoError, match=r"bytes after the pickle's end"):
+        read_network_info(two)
+    huge = pickle.LONG1 + bytes([9]) + (1 << 70).to_bytes(9, "little")
+    with pytest.raises(NetInfoError, match=r"task 0 weight is not a positive int \(below 2\*\*63\)") as ei:
+        read_network_info(_file(tmp_path, [task], [huge]))
+    assert NAME in str(ei.value)
+
+
+@needs_real
+def test_the_real_files_pass_the_new_limits_unchanged(tmp_path):
+    """The real TenSet pickles nest 10 deep and stack at most 48 items: far inside the limits."""
+    from tenset_curate import netinfo
+
+    for f in sorted(REAL_DIR.glob("*.task.pkl.gz")):
+        data = gzip.decompress(f.read_bytes())
+        netinfo._prescan(data, str(f))
+        rows = read_network_info(f)
+        assert len(rows) == 27 and sum(r["task_weight"] for r in rows) == 56
