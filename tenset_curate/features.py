@@ -6,6 +6,45 @@ primitives mean the same thing (split/tile, reorder, fuse, loop annotations, com
 rfactor, pragma/unroll, storage_align, thread binding). Bookkeeping instructions that carry no schedule decision
 (MetaSchedule's GetBlock, GetLoops, the Split that replays a SamplePerfectTile, ...) are dropped.
 
+MetaSchedule, so that a primitive reads the same from both sources (version 2; the session-30 audit of the real
+databases found each of these):
+
+- ``Bind`` is an annotation (block, thread or vthread binding), as Ansor's AN steps of those kinds are, not a
+  primitive of its own (the ``bind`` slot stays, unused, so that Ansor's tokens keep their layout);
+- ``Annotate`` is read by its key: ``meta_schedule.parallel`` / ``vectorize`` are those annotations, the unroll
+  keys (``meta_schedule.unroll_explicit`` / ``unroll_implicit``, ``pragma_auto_unroll_max_step``) are the unroll
+  pragma with its depth (Ansor's ``PR auto_unroll_max_step$N``): the value of the SampleCategorical just before it
+  (the schedule rule samples the depth there and annotates at once) or its literal; any other key is a pragma
+  without a depth, as every Annotate was in version 1;
+- a SampleCategorical's chosen value is its ``log_extent`` (vector lanes, a thread extent, an unroll depth):
+  version 1 read every one as an unroll depth;
+- the stage index is Ansor's only (MetaSchedule's Fuse put its preserve_unit_iters flag there).
+
+Measured before keeping them (bennu-a100-resnet34, GBDT and attention, within-task and 20%-of-tasks held out,
+seed 0; throwaway flags over this module, session 30), three more changes the audit asked for were tried and
+dropped, because each lost what the models rank with:
+
+- ending the trace at ``EnterPostproc`` (the postprocessors' splits, binds and unroll literals follow from the
+  decisions before it, and they push 12,834 of the 20,112 real records past ``SEQ_LEN``): attention within-task
+  PCA 0.923 -> 0.909. The tail is kept, cropped where it must be;
+- dropping a SamplePerfectTile's outermost factor so that ``log_len1..`` name the same loops as Ansor's SP (whose
+  lengths are the inner factors: ``[4, 2, 2, 8]`` of 128 where MetaSchedule writes ``[1, 4, 2, 2, 8]``): GBDT
+  within-task PCA 0.894 -> 0.874. The slots still differ by that one factor between the sources; giving Ansor its
+  outermost factor (extent / product) would align them without the loss, and change every Ansor feature and so
+  every Ansor number measured so far;
+- counting only the steps that become tokens in ``log_n_steps``: no gain (0.896 either way).
+
+What stays different: MetaSchedule's Fuse and Reorder give no list length (the reader keeps no loop names), and
+the tile slots above.
+
+Version 2 against version 1 on bennu-a100-resnet34 (20,112 real A100 programs; split seeds 0-2, model seed 0;
+throwaway ``/tmp`` script over ``train_model`` / ``evaluate_model``), mean PCA / top-1: within-task GBDT 0.898 /
+0.968 -> 0.899 / 0.971, attention 0.912 / 0.983 -> 0.915 / 0.976; a fifth of the tasks held out GBDT 0.732 / 0.929
+-> 0.720 / 0.939, attention 0.777 / 0.939 -> 0.794 / 0.925. On the embedded CPU sample (within-task, split seeds
+0-4) GBDT 0.722 / 0.729 -> 0.719 / 0.745, attention 0.691 / 0.755 -> 0.695 / 0.782: the same within the seeds'
+spread, with the primitives now meaning the same from both sources. Ansor's tokens and flat features are
+bit-identical between the versions (sha256 over the 215,042 real Ansor records).
+
 Token vector (``TOKEN_DIM`` floats): one-hot primitive (``PRIMS``), one-hot loop annotation (``ANNOTATIONS``) and
 numeric parameters (``NUMERIC``): log2(1+extent), log2 of up to five tile lengths, log2(1+unroll value), the stage
 index / 16, log2(1+number of list items). Sequences are cropped/padded to ``SEQ_LEN`` tokens with a mask.
@@ -25,30 +64,41 @@ NUMERIC = ["log_extent", "log_len1", "log_len2", "log_len3", "log_len4", "log_le
            "log_list_items"]
 SEQ_LEN = 64
 TOKEN_DIM = len(PRIMS) + len(ANNOTATIONS) + len(NUMERIC)
-FEATURE_VERSION = f"tok1-L{SEQ_LEN}-D{TOKEN_DIM}"
+FEATURE_VERSION = f"tok2-L{SEQ_LEN}-D{TOKEN_DIM}"
 
 # step kind (Ansor short name or MetaSchedule instruction) -> primitive; absent kinds are dropped
-KIND_TO_PRIM = {
-    # Ansor
+ANSOR_KIND_TO_PRIM = {
     "SP": "split", "FSP": "follow_split", "FFSP": "follow_split", "RE": "reorder", "FU": "fuse",
     "AN": "annotation", "CA": "compute_at", "CR": "compute_root", "CI": "inline", "CHR": "cache_read",
     "CHW": "cache_write", "RF": "rfactor", "PR": "pragma", "SA": "storage_align",
-    # MetaSchedule
+}
+KIND_TO_PRIM = {
+    **ANSOR_KIND_TO_PRIM,
+    # MetaSchedule (Annotate by its key: MS_ANNOTATE)
     "SamplePerfectTile": "split", "SamplePartitionedTile": "split", "Reorder": "reorder", "Fuse": "fuse",
-    "Parallel": "annotation", "Vectorize": "annotation", "Unroll": "annotation", "Bind": "bind",
+    "Parallel": "annotation", "Vectorize": "annotation", "Unroll": "annotation", "Bind": "annotation",
     "ComputeAt": "compute_at", "ReverseComputeAt": "compute_at", "ComputeInline": "inline",
     "ReverseComputeInline": "inline", "CacheRead": "cache_read", "CacheWrite": "cache_write",
     "ReindexCacheRead": "cache_read", "ReindexCacheWrite": "cache_write", "RFactor": "rfactor",
-    "Annotate": "pragma", "StorageAlign": "storage_align", "SampleCategorical": "sample",
+    "StorageAlign": "storage_align", "SampleCategorical": "sample",
     "SampleComputeLocation": "sample", "Tensorize": "tensorize", "Blockize": "tensorize",
 }
 # Ansor IteratorAnnotation enum -> annotation
 ANSOR_ANN = {1: "unroll", 2: "vectorize", 3: "parallel", 4: "vthread", 5: "block_bind", 6: "thread_bind",
              7: "block_bind", 8: "thread_bind", 9: "block_bind", 10: "thread_bind", 11: "tensorize"}
 MS_ANN = {"Parallel": "parallel", "Vectorize": "vectorize", "Unroll": "unroll", "Tensorize": "tensorize"}
+TOKEN_KINDS = frozenset(KIND_TO_PRIM) | {"Annotate"}  # the step kinds that become tokens (Annotate: by its key)
+# MetaSchedule Annotate key -> (primitive, annotation); keys not here carry no schedule decision and are dropped
+MS_ANNOTATE = {
+    "meta_schedule.parallel": ("annotation", "parallel"), "meta_schedule.vectorize": ("annotation", "vectorize"),
+    "meta_schedule.unroll_explicit": ("pragma", None), "meta_schedule.unroll_implicit": ("pragma", None),
+    "pragma_auto_unroll_max_step": ("pragma", None),
+}
 
 # Operator classes, matched in this order against a workload name / task description / folder name.
 OP_CLASS_RULES = [
+    # before dense: a sparse_dense (TVM's sparse x dense matmul) is not a dense layer; classing it dense was a guess
+    ("sparse", re.compile(r"sparse", re.I)),
     ("depthwise", re.compile(r"depthwise|dwconv", re.I)),
     ("batch_matmul", re.compile(r"batch_matmul|bmm|batch_dense", re.I)),
     ("conv2d", re.compile(r"conv2d|conv3d|conv1d|(^|[_/+])conv($|[_/+])|winograd", re.I)),
@@ -110,13 +160,7 @@ def token_tensor(steps: pl.Series, seq_len: int = SEQ_LEN) -> tuple[np.ndarray, 
     mask = np.zeros((n, seq_len), dtype=bool)
     if n == 0:
         return tokens, mask
-    ex = (
-        pl.DataFrame({"steps": steps}).with_row_index("rid").explode("steps").drop_nulls("steps").unnest("steps")
-        .with_columns(pl.col("kind").replace_strict(KIND_TO_PRIM, default=None).alias("prim"))
-        .drop_nulls("prim")
-        .with_columns(pl.int_range(pl.len()).over("rid").alias("pos"))
-        .filter(pl.col("pos") < seq_len)
-    )
+    ex = _kept_steps(steps).filter(pl.col("pos") < seq_len)
     if ex.height == 0:
         return tokens, mask
     lens = pl.col("lists").list.first()
@@ -124,6 +168,7 @@ def token_tensor(steps: pl.Series, seq_len: int = SEQ_LEN) -> tuple[np.ndarray, 
         pl.when(pl.col("kind") == "AN").then(
             pl.col("ints").list.get(2, null_on_oob=True).replace_strict(ANSOR_ANN, default=None))
         .when(pl.col("kind").is_in(list(MS_ANN))).then(pl.col("kind").replace_strict(MS_ANN, default=None))
+        .when(pl.col("kind") == "Annotate").then(pl.col("ms_ann"))
         .when(pl.col("kind") == "Bind").then(
             pl.when(pl.col("strs").list.first().str.contains("threadIdx")).then(pl.lit("thread_bind"))
             .when(pl.col("strs").list.first().str.contains("vthread")).then(pl.lit("vthread"))
@@ -133,12 +178,12 @@ def token_tensor(steps: pl.Series, seq_len: int = SEQ_LEN) -> tuple[np.ndarray, 
     unroll = (
         pl.when(pl.col("kind") == "PR").then(
             pl.col("strs").list.first().str.extract(r"\$(\d+)$").cast(pl.Float64, strict=False))
-        .when(pl.col("kind") == "SampleCategorical").then(
-            lens.list.get(pl.col("ints").list.last().fill_null(0), null_on_oob=True).cast(pl.Float64))
+        .when(pl.col("kind") == "Annotate").then(pl.col("ms_unroll"))
         .otherwise(None)
     )
     is_split = pl.col("prim") == "split"
     extent = (pl.when(pl.col("kind") == "SP").then(pl.col("ints").list.get(2, null_on_oob=True).cast(pl.Float64))
+              .when(pl.col("kind") == "SampleCategorical").then(pl.col("ms_sampled"))
               .when(pl.col("kind").is_in(["SamplePerfectTile", "SamplePartitionedTile"]))
               .then(lens.list.eval(pl.element().cast(pl.Float64).clip(lower_bound=1)).list.eval(
                   pl.element().log()).list.sum().exp())
@@ -155,7 +200,7 @@ def token_tensor(steps: pl.Series, seq_len: int = SEQ_LEN) -> tuple[np.ndarray, 
                     .fill_null(0).alias(f"log_len{j + 1}"))
     cols += [
         _log2p(unroll).fill_null(0).alias("log_unroll"),
-        (pl.when(pl.col("kind").str.len_chars() <= 4).then(pl.col("ints").list.first()).otherwise(None)
+        (pl.when(pl.col("kind").is_in(list(ANSOR_KIND_TO_PRIM))).then(pl.col("ints").list.first()).otherwise(None)
          .cast(pl.Float64).fill_null(0) / 16.0).alias("stage"),
         _log2p(pl.col("lists").list.eval(pl.element().list.len()).list.sum().fill_null(0)).alias("log_list_items"),
     ]
@@ -173,6 +218,36 @@ def token_tensor(steps: pl.Series, seq_len: int = SEQ_LEN) -> tuple[np.ndarray, 
         tokens[rid, pos, base + j] = t[name].to_numpy().astype(np.float32)
     mask[rid, pos] = True
     return tokens, mask
+
+
+def _kept_steps(steps: pl.Series) -> pl.DataFrame:
+    """Every record's steps that become tokens, exploded (``rid``: the record, ``pos``: the token's position), with
+    ``prim`` and the MetaSchedule columns (module docstring): ``ms_sampled``, a SampleCategorical's chosen value;
+    for an Annotate, read by its key, ``ms_ann`` and ``ms_unroll``, the unroll depth from the SampleCategorical just
+    before an unroll Annotate (the rule samples it there and annotates at once) or from its literal."""
+    ex = pl.DataFrame({"steps": steps}).with_row_index("rid").explode("steps").drop_nulls("steps").unnest("steps")
+    sampled = (pl.when(pl.col("kind") == "SampleCategorical")
+               .then(pl.col("lists").list.first().list.get(pl.col("ints").list.last().fill_null(0), null_on_oob=True))
+               .otherwise(None).cast(pl.Float64))
+    if not ex["kind"].is_in(["Annotate", "SampleCategorical"]).any():  # an Ansor log: the plain mapping
+        return (ex.with_columns(pl.col("kind").replace_strict(KIND_TO_PRIM, default=None).alias("prim"),
+                                pl.lit(None, pl.Utf8).alias("ms_ann"), pl.lit(None, pl.Float64).alias("ms_unroll"),
+                                pl.lit(None, pl.Float64).alias("ms_sampled"))
+                .drop_nulls("prim").with_columns(pl.int_range(pl.len()).over("rid").alias("pos")))
+    key = pl.col("strs").list.last()
+    ex = ex.with_columns(
+        sampled.alias("ms_sampled"),
+        pl.when(pl.col("kind") == "Annotate")
+        .then(key.replace_strict({k: p for k, (p, _) in MS_ANNOTATE.items()}, default="pragma"))
+        .otherwise(pl.col("kind").replace_strict(KIND_TO_PRIM, default=None)).alias("prim"),
+        pl.when(pl.col("kind") == "Annotate")
+        .then(key.replace_strict({k: a for k, (_, a) in MS_ANNOTATE.items() if a}, default=None))
+        .alias("ms_ann"),
+        pl.when((pl.col("kind") == "Annotate") & key.is_in([k for k, (p, _) in MS_ANNOTATE.items() if p == "pragma"]))
+        .then(pl.coalesce(sampled.shift(1).over("rid"), pl.col("ints").list.first().cast(pl.Float64)))
+        .alias("ms_unroll"),
+    )
+    return ex.drop_nulls("prim").with_columns(pl.int_range(pl.len()).over("rid").alias("pos"))
 
 
 FLAT_NAMES = (

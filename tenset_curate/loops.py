@@ -242,13 +242,13 @@ def loop_tokens(steps: pl.Series, seq_len: int) -> np.ndarray:
     """float32 ``[N, seq_len, len(STEP_OUTPUTS)]``: log2(1 + extent) of ``loop_extents`` at each step's token
     position (the position ``features.token_tensor`` gives it: steps without a primitive are skipped, the sequence
     is cropped at ``seq_len``); 0 where unknown or where a step has no output."""
-    from .features import KIND_TO_PRIM
+    from .features import TOKEN_KINDS
 
     out = np.zeros((len(steps), seq_len, len(STEP_OUTPUTS)), np.float32)
     if len(steps) == 0:
         return out
     every = _explode(steps)
-    pos = (every.filter(pl.col("kind").is_in(list(KIND_TO_PRIM))).select(
+    pos = (every.filter(pl.col("kind").is_in(list(TOKEN_KINDS))).select(
         "rid", "k", pl.int_range(pl.len()).over("rid").alias("pos")).filter(pl.col("pos") < seq_len))
     loops = pos.join(_exploded_loop_extents(every, steps), on=["rid", "k"], how="inner")
     if loops.height:
