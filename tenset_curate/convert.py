@@ -41,6 +41,7 @@ import pyarrow as pa
 from . import __version__
 from .executors import map_unordered, process_pool, resolve_executor
 from .readers import (
+    READER_VERSION,
     FileStats,
     InputError,
     _Sink,
@@ -68,7 +69,7 @@ LOG_SUFFIXES = (".json", ".jsonl", ".log", ".txt", ".tsv")
 GROUP_BYTES = 16 << 20  # uncompressed JSON per group of Ansor logs (~14k records: one ~0.5 MB shard)
 MANIFEST = "manifest.json"
 TAIL_GROUPS, TAIL_SPLIT = 2, 4  # the plan's last 2 groups' worth of logs goes in groups of a quarter (plan_groups)
-CONVERTER_VERSION = f"{__version__}+schema{SCHEMA_VERSION}"
+CONVERTER_VERSION = f"{__version__}+schema{SCHEMA_VERSION}+reader{READER_VERSION}"
 
 
 @dataclass

@@ -1253,6 +1253,23 @@ def read_metaschedule(workload_path: Path, record_path: Path, source_file: str, 
         yield b
 
 
+READER_VERSION = "2"  # 2: MetaSchedule records' workload_args from their args_info (1: always empty)
+
+
+def ms_workload_args(args_info) -> list[float]:
+    """The numbers a MetaSchedule record's ``args_info`` gives its workload (``[["TENSOR", dtype, shape], ...]``, the
+    entry function's buffers as ``ArgInfo.as_json`` writes them): every shape, flattened in order. An Ansor workload
+    key lists the same kind of numbers (its tensors' shapes), which ``workload_args`` holds for Ansor records. A
+    missing or malformed ``args_info`` (TVM treats it as optional) gives none."""
+    out: list[float] = []
+    if type(args_info) is not list:
+        return out
+    for a in args_info:
+        if type(a) is list and len(a) == 3 and a[0] == "TENSOR" and type(a[2]) is list:
+            out.extend(float(x) for x in a[2] if type(x) is int and _I64_MIN <= x <= _I64_MAX)
+    return out
+
+
 def _add_ms_record(cols, rec, raw, lineno, source_file, hw, st, workloads, blake) -> None:
     if type(rec) is not list or len(rec) != 2 or type(rec[0]) is not int or type(rec[1]) is not list:
         raise ValueError("record is not [workload_index, [...]]")
@@ -1295,7 +1312,7 @@ def _add_ms_record(cols, rec, raw, lineno, source_file, hw, st, workloads, blake
     s["workload_key"].append(shash)
     s["workload_name"].append(wname)
     s["workload_hash"].append(shash)
-    cols.wl_args.append([])
+    cols.wl_args.append(ms_workload_args(body[3] if len(body) > 3 else None))
     cols.wl_str_args.append([])
     s["task_id"].append(task_id_of(shash, tgt[0]))
     s["n_steps"].append(n_steps)

@@ -12,8 +12,9 @@ Two parts.
       IntImm objects in (the readers reject them as malformed), keeps Python bools where the
       database writes 0/1 and writes index maps compactly where the database indents them). The
       JSON then goes through the SAME code as the dataset: ``readers._Columns().add_ms_trace`` ->
-      ``_built_steps()`` -> a ``steps`` column of the record schema's type, ``n_steps``, empty
-      ``workload_args`` (what ``read_metaschedule`` stores) -> ``features.featurize``. There is no
+      ``_built_steps()`` -> a ``steps`` column of the record schema's type, ``n_steps``, and
+      ``workload_args`` from the candidate's ``args_info`` by ``readers.ms_workload_args`` (what
+      ``read_metaschedule`` stores from the record's) -> ``features.featurize``. There is no
       second featurizer;
       ``tests/test_verifier.py`` checks, for every record of a real tuning run, that the
       adapter's trace JSON equals the database line's and its tokens/mask/flat equal those of the
@@ -153,13 +154,14 @@ def trace_json(trace) -> list:
     return _plain(_ffi_api.TraceAsJSON(trace, False))
 
 
-def steps_frame(traces: Sequence[list]):
-    """A polars frame (steps, n_steps, workload_args) for trace JSONs, built with the readers' code:
-    ``_Columns.add_ms_trace`` + ``_built_steps`` (what ``read_metaschedule`` stores for a record)."""
+def steps_frame(traces: Sequence[list], args_infos: Sequence[list] | None = None):
+    """A polars frame (steps, n_steps, workload_args) for trace JSONs and, for each, the ``args_info`` JSON its
+    database record would hold (None: none), built with the readers' code: ``_Columns.add_ms_trace`` +
+    ``_built_steps`` and ``ms_workload_args`` (what ``read_metaschedule`` stores for a record)."""
     import polars as pl
     import pyarrow as pa
 
-    from .readers import _Columns
+    from .readers import _Columns, ms_workload_args
     from .schema import RECORD_SCHEMA
 
     cols = _Columns()
@@ -171,17 +173,23 @@ def steps_frame(traces: Sequence[list]):
     table = pa.table({
         "steps": cols._built_steps().cast(RECORD_SCHEMA.field("steps").type),
         "n_steps": pa.array(n_steps, RECORD_SCHEMA.field("n_steps").type),
-        # MetaSchedule records carry no workload-key numbers: read_metaschedule stores []
-        "workload_args": pa.array([[] for _ in n_steps], RECORD_SCHEMA.field("workload_args").type),
+        "workload_args": pa.array([ms_workload_args(a) for a in (args_infos or [None] * len(n_steps))],
+                                  RECORD_SCHEMA.field("workload_args").type),
     })
     return pl.from_arrow(table)
 
 
-def featurize_traces(traces: Sequence[list]) -> dict:
-    """``features.featurize`` of trace JSONs: tokens, mask, flat."""
+def featurize_traces(traces: Sequence[list], args_infos: Sequence[list] | None = None) -> dict:
+    """``features.featurize`` of trace JSONs (and their ``args_info`` JSONs, see ``steps_frame``): tokens, mask,
+    flat."""
     from .features import featurize
 
-    return featurize(steps_frame(traces))
+    return featurize(steps_frame(traces, args_infos))
+
+
+def args_info_json(candidate) -> list:
+    """A MeasureCandidate's ``args_info`` as the JSON database writes it for its record (``ArgInfo.as_json``)."""
+    return [_plain(a.as_json()) for a in candidate.args_info]
 
 
 def _model_inputs(feats: dict) -> dict:
@@ -268,7 +276,7 @@ class _RankerCostModelImpl:
         if n == 0:
             return np.zeros(0, np.float64)
         traces = [trace_json(c.sch.trace) for c in candidates]
-        feats = featurize_traces(traces)
+        feats = featurize_traces(traces, [args_info_json(c) for c in candidates])
         raw = np.asarray(self.active.predict(_model_inputs(feats)), np.float64)
         raw = np.nan_to_num(raw, nan=-1e30, posinf=1e30, neginf=-1e30)
         if self._calib is None:
@@ -290,7 +298,7 @@ class _RankerCostModelImpl:
         t0 = time.perf_counter()
         if len(candidates):
             traces = [trace_json(c.sch.trace) for c in candidates]
-            feats = featurize_traces(traces)
+            feats = featurize_traces(traces, [args_info_json(c) for c in candidates])
             if self.capture:
                 for i, t in enumerate(traces):
                     self.captured_update[json.dumps(t, separators=(",", ":"))] = {

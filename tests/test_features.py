@@ -16,7 +16,8 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from tenset_curate.features import ANNOTATIONS, FEATURE_VERSION, NUMERIC, PRIMS, classify_operator, token_tensor
+from tenset_curate.features import (ANNOTATIONS, FEATURE_VERSION, NUMERIC, PRIMS, classify_operator, featurize,
+                                    token_tensor)
 from tenset_curate.schema import STEP_TYPE
 
 REAL = Path(os.environ.get("TENSET_CURATE_REALDATA", Path(__file__).resolve().parents[2] / "shared" / "realdata"))
@@ -123,3 +124,35 @@ def test_real_metaschedule_traces_bind_like_ansor_and_read_their_unroll_samples(
     binds = t[gpu][:, :, [col("block_bind"), col("thread_bind")]].sum(1)
     assert (binds >= 1).all()
     assert t[:, :, col("bind")].sum() == 0
+
+
+@pytest.mark.skipif(not (REAL / "metaschedule").is_dir(), reason=f"real MetaSchedule databases not under {REAL}")
+def test_metaschedule_records_carry_their_tensor_shapes_as_workload_args(tmp_path):
+    """The flat features' workload numbers were always 0 for MetaSchedule records (the reader stored no
+    workload_args), where an Ansor record has its workload key's shapes; a record's args_info holds the same
+    numbers (its buffers' shapes). A malformed args_info (TVM treats it as optional) gives none, not a quarantine."""
+    import gzip
+    import json
+
+    from tenset_curate.convert import convert
+    from tenset_curate.features import FLAT_NAMES
+    from tenset_curate.prune import load_records
+    from tenset_curate.readers import ms_workload_args
+
+    src = REAL / "metaschedule" / "bennu-a100-resnet34"
+    db = tmp_path / "db"
+    db.mkdir()
+    (db / "database_workload.json").write_bytes(gzip.decompress((src / "database_workload.json.gz").read_bytes()))
+    lines = gzip.decompress((src / "database_tuning_record.json.gz").read_bytes()).splitlines()[:300]
+    broken = json.loads(lines[0])
+    broken[1][3] = [["TENSOR", "float32"], "x", None]
+    (db / "database_tuning_record.json").write_bytes(b"\n".join(lines + [json.dumps(broken).encode()]) + b"\n")
+    s = convert([db], tmp_path / "ds")
+    assert s["totals"]["quarantined"] == 0
+    df = load_records(tmp_path / "ds").sort("line")
+    want = [[float(x) for a in json.loads(ln)[1][3] for x in a[2]] for ln in lines]
+    assert df["workload_args"].to_list() == want + [[]]
+    assert all(len(w) >= 8 for w in want)  # a conv2d's input, weight and output shapes
+    assert ms_workload_args([["TENSOR", "float32", [1, 64, 56, 56]], ["TENSOR", "int8", [3]]]) == [1, 64, 56, 56, 3]
+    flat = featurize(df)["flat"]
+    assert (flat[:300, FLAT_NAMES.index("wl_arg1")] > 0).all() and flat[300, FLAT_NAMES.index("wl_arg0")] == 0

@@ -91,14 +91,16 @@ def test_steps_frame_equals_dataset_path(tmp_path):
     df, feats = _converted(tmp_path / "db", tmp_path / "ds")
     assert df.height == len(recs)
     traces = [json.loads(r)[1][0] for r in recs]
-    mine = featurize_traces(traces)
-    frame = steps_frame(traces)
+    args = [json.loads(r)[1][3] for r in recs]  # the records' args_info: the candidates' in a live run
+    mine = featurize_traces(traces, args)
+    frame = steps_frame(traces, args)
     # dataset rows are sorted by (hardware, task, record id); match them to the lines by line number
     pos = {int(ln) - 1: i for i, ln in enumerate(df["line"].to_list())}
     for j in range(len(recs)):
         i = pos[j]
         assert frame["n_steps"][j] == df["n_steps"][i]
         assert frame["steps"][j].to_list() == df["steps"][i].to_list()
+        assert frame["workload_args"][j].to_list() == df["workload_args"][i].to_list() != []
         for key in ("tokens", "mask", "flat"):
             np.testing.assert_array_equal(mine[key][j], feats[key][i], err_msg=f"{key} of line {j + 1}")
 
@@ -172,18 +174,26 @@ def test_trace_json_round_trip(tmp_path):
     from tvm.s_tir import Schedule
     from tvm.s_tir.schedule import Trace
 
+    from tvm.s_tir import meta_schedule as ms
+
+    from tenset_curate import verifier as V
     from tenset_curate.collect import _register_x86_intrinsics_only
     from tenset_curate.verifier import featurize_traces, trace_json
 
     _register_x86_intrinsics_only()
     wl, recs = _sample_db(tmp_path / "db", _spread)
     mods = [tvm.ir.load_json(base64.b64decode(json.loads(w)[1])[8:].decode()) for w in wl]
-    replayed = []
+    replayed, args = [], []
     kinds = set()
     for ln in recs:
         idx, rec = json.loads(ln)
         sch = Schedule(mods[idx])
         Trace.apply_json_to_schedule(rec[0], sch)
+        # the scheduled buffers as a live search hands them to the cost model (MeasureCandidate.args_info: after
+        # the layout rewrite, so a dense weight reads [2, 2, 256, 10, 2, 25] rather than [1000, 512])
+        info = [V._plain(a.as_json()) for a in ms.arg_info.ArgInfo.from_entry_func(sch.mod, remove_preproc=True)]
+        assert info == rec[3]  # what the database wrote for the record
+        args.append(info)
         got = trace_json(sch.trace)
         # byte-for-byte what the database wrote (bools, nested index-map JSON, decisions)
         assert json.dumps(got, separators=(",", ":")) == json.dumps(rec[0], separators=(",", ":"))
@@ -192,7 +202,7 @@ def test_trace_json_round_trip(tmp_path):
         kinds.update(i[0] for i in got[0])
     assert {"SamplePerfectTile", "Split", "Parallel"} <= kinds
     df, feats = _converted(tmp_path / "db", tmp_path / "ds")
-    mine = featurize_traces(replayed)
+    mine = featurize_traces(replayed, args)
     pos = {int(ln) - 1: i for i, ln in enumerate(df["line"].to_list())}
     for j in range(len(recs)):
         for key in ("tokens", "mask", "flat"):
@@ -318,7 +328,8 @@ def test_adapter_predict_update_refit(trained, tmp_path, kind):
 
     ctx = ms.TuneContext(mod=mod, target=tvm.target.Target(resolve_target("auto")), task_name="t")
     ad = V.ranker_cost_model(trained / kind, min_samples=16, label=kind)
-    base_raw = ad.base.predict(V._model_inputs(V.featurize_traces([r[1][0] for r in recs])))
+    feats = V.featurize_traces([r[1][0] for r in recs], [r[1][3] for r in recs])
+    base_raw = ad.base.predict(V._model_inputs(feats))
     scores = ad.predict(ctx, cands)
     assert scores.dtype == np.float64 and scores.shape == (len(cands),) and (scores > 0).all()
     order = np.argsort(base_raw, kind="stable")
