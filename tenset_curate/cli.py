@@ -287,6 +287,13 @@ def splits_make(
         _print_json(s)
     else:
         typer.echo(f"split {s['name']} ({scheme}): " + ", ".join(f"{k} {v}" for k, v in s["counts"].items()))
+    if s.get("unknown_class_records"):
+        typer.echo(f"warning: {s['unknown_class_records']} records of {s['unknown_class_tasks']} tasks have no known "
+                   "operator class (features.operator_classes) and stay in training: a held-out class among them "
+                   "is not held out", err=True)
+    if s.get("no_network_records"):
+        typer.echo(f"warning: {s['no_network_records']} records of {s['no_network_tasks']} tasks belong to no network "
+                   "of the networks table and stay in training", err=True)
     for part in ("train", "test"):
         if not s["counts"].get(part):
             typer.echo(f"warning: split {s['name']} has no {part} records"

@@ -597,6 +597,9 @@ class Ranker:
         # after fine_tune: {"records", "best_epoch" (None: the weights before fine-tuning stayed best), "seconds"}
         # plus what the caller adds (training.fit_on_frame: the hardware)
         self.fine_tuned: dict | None = None
+        # what the caller says the model trained on (training.train_model: the dataset, the split and the sha256 of
+        # the split's file), so that an evaluation can tell a split made again under the same name
+        self.trained_on: dict | None = None
 
     # ---- to implement -------------------------------------------------------------------
     def fit(self, train: dict, valid: dict | None = None) -> "Ranker":
@@ -654,6 +657,7 @@ class Ranker:
             "history": self.history,
             "best_epoch": self.best_epoch,
             "fine_tuned": self.fine_tuned,
+            "trained_on": self.trained_on,
             "fit_seconds": self.fit_seconds,
             "weights": self.weights_file,
             "library_versions": self._library_versions(),
@@ -727,6 +731,7 @@ class Ranker:
         obj.history = cfg.get("history") or []
         obj.best_epoch = cfg.get("best_epoch")
         obj.fine_tuned = cfg.get("fine_tuned")
+        obj.trained_on = cfg.get("trained_on")
         obj.fit_seconds = cfg.get("fit_seconds")
         if obj.input_dims is None:
             raise ModelLoadError(f"{directory}: config.json has no input_dims (model never fitted?)")

@@ -497,7 +497,7 @@ def step_train(p: dict, workdir: Path, base: Path, workers: int, log, exe: dict)
     the records the prune step kept (the test part is the same either way). Reads what ``curate train`` reads
     (``training.training_frame``): ``max_per_task`` caps each task's training programs, and the memory check
     (``memory_check = false`` turns it off) stops the step before the records are read when they would not fit."""
-    from .training import SPLIT_HPARAMS, data_hash, fit_on_frame, training_frame
+    from .training import SPLIT_HPARAMS, data_hash, fit_on_frame, split_identity, training_frame
 
     out = _fresh(workdir / "train")
     split = p.get("split", "within_task")
@@ -521,6 +521,7 @@ def step_train(p: dict, workdir: Path, base: Path, workers: int, log, exe: dict)
             m, _ = fit_on_frame(df, kind, seed=seed, epochs=int(p.get("epochs", DEFAULT_EPOCHS)),
                                 device=p.get("device", "cpu"),
                                 data_manifest_hash=data_hash(workdir / "convert", split, cap, seed), **hp)
+            m.trained_on = split_identity(workdir / "convert", split)
             m.save(out / f"{kind}-{data}")
             trained.append(f"{kind}-{data}")
     return {"summary": ", ".join(trained)}
@@ -530,11 +531,13 @@ def step_evaluate(p: dict, workdir: Path, base: Path, workers: int, log, exe: di
     from .features import FEATURE_VERSION
     from .metrics import evaluate_predictions, random_topk_expectation
     from .model import load_model
-    from .training import score_part
+    from .training import check_same_split, score_part
 
     split = p.get("split", "within_task")
     models = {mdir.name: load_model(mdir, expected_feature_version=FEATURE_VERSION)
               for mdir in sorted((workdir / "train").iterdir())}
+    for mdir in sorted((workdir / "train").iterdir()):
+        check_same_split(models[mdir.name], workdir / "convert", split, mdir)
     d, preds = score_part(models, workdir / "convert", split, "test")  # in chunks of whole tasks
     res = {}
     for name, pr in preds.items():

@@ -15,7 +15,8 @@ depend on row order or on how the data was sharded):
   held-out task on every hardware. The network split's question (programs of operators and shapes the model never
   saw) for data without network_info: a network split holds out its networks' tasks.
 - ``hardware``: train on ``--train-hw``, test on ``--test-hw``; ``--few-shot F`` puts a fraction F of the test
-  hardware's records (per task) into training, the rest stay test.
+  hardware's records into training (each record drawn on its own, so a task's share varies around F, and a small
+  task can get none), the rest stay test.
 
 A split is a Parquet table ``splits/<name>.parquet`` (record_id, hardware, task_id, part) and a DuckDB view
 ``split_<name>`` in the catalog. Leak-free by construction: a task (network, operator, task splits) or a
@@ -48,13 +49,20 @@ def _u01(record_ids: pl.Series, seed: int, salt: str = "") -> np.ndarray:
 
 def _within(df: pl.DataFrame, u: np.ndarray, test_fraction: float) -> np.ndarray:
     """Per task: the test_fraction of records with the smallest draws are test (at least one when the task has
-    two or more records)."""
-    t = df.select("hardware", "task_id").with_columns(pl.Series("u", u)).with_row_index("i")
-    t = t.with_columns(pl.col("u").rank("ordinal").over(["hardware", "task_id"]).alias("r"),
-                       pl.len().over(["hardware", "task_id"]).alias("n"))
-    n_test = (t["n"].to_numpy() * test_fraction).round().clip(min=1)
-    n_test = np.where(t["n"].to_numpy() < 2, 0, n_test)
-    return t["r"].to_numpy() <= n_test
+    two or more records and the fraction is above 0). Drawn over the task's distinct records: identical log lines
+    share a record_id, and ranked one by one, one copy fell in test and the other in train (the splits audit)."""
+    keys = ["hardware", "task_id", "record_id"]
+    t = df.select(keys).with_columns(pl.Series("u", u))
+    d = t.unique(keys, keep="first", maintain_order=True).with_columns(
+        pl.col("u").rank("ordinal").over(["hardware", "task_id"]).alias("r"),
+        pl.len().over(["hardware", "task_id"]).alias("n"))
+    n = d["n"].to_numpy()
+    n_test = (n * test_fraction).round()
+    if test_fraction > 0:
+        n_test = n_test.clip(min=1)
+    n_test = np.where(n < 2, 0, n_test)
+    d = d.select(*keys, pl.Series("test", d["r"].to_numpy() <= n_test))
+    return t.join(d, on=keys, how="left", maintain_order="left")["test"].to_numpy()
 
 
 def check_split_args(scheme: str, test_fraction: float = 0.1, valid_fraction: float = 0.1,
@@ -126,6 +134,10 @@ def make_split(records: pl.DataFrame, scheme: str, seed: int = 0, test_fraction:
         test = np.isin(oc, holdout)
         part[test] = "test"
         info["holdout"] = holdout
+        unknown = oc == "unknown"
+        # tasks of no known class train: one of them may be of a held-out class (a conv layer whose key names none)
+        info["unknown_class_tasks"] = int(df.filter(pl.Series(unknown))["task_id"].n_unique())
+        info["unknown_class_records"] = int(unknown.sum())
     elif scheme == "network":
         if networks is None or networks.height == 0:
             raise ValueError("network split needs a networks table: convert TenSet's network_info/*.task.pkl, or "
@@ -142,9 +154,17 @@ def make_split(records: pl.DataFrame, scheme: str, seed: int = 0, test_fraction:
         train_keys = set(networks.filter(~pl.col("network").is_in(nets))["workload_key"])
         shared = test_keys & train_keys
         in_test = df["workload_key"].is_in(list(test_keys)).to_numpy()
+        if not in_test.any():
+            raise ValueError(f"no record of the held-out network(s) {nets} is in the dataset: the networks table "
+                             f"names {len(test_keys)} of their tasks, and no record has one of those workload keys")
         part[in_test] = "test"
-        info.update({"holdout": nets, "test_tasks": len(test_keys), "shared_tasks_removed_from_train": len(shared),
-                     "shared_task_records": int(df["workload_key"].is_in(list(shared)).sum())})
+        in_none = ~df["workload_key"].is_in(list(test_keys | train_keys)).to_numpy()
+        info.update({"holdout": nets, "test_tasks": int(df.filter(pl.Series(in_test))["workload_key"].n_unique()),
+                     "test_tasks_in_table": len(test_keys), "shared_tasks_removed_from_train": len(shared),
+                     "shared_task_records": int(df["workload_key"].is_in(list(shared)).sum()),
+                     # tasks of no network in the table train: the networks table may not list every task of a log
+                     "no_network_tasks": int(df.filter(pl.Series(in_none))["workload_key"].n_unique()),
+                     "no_network_records": int(in_none.sum())})
     elif scheme == "task":
         if not 0.0 < test_fraction < 1.0:
             raise ValueError("task split needs 0 < --test-fraction < 1 (the share of tasks held out)")

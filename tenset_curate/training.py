@@ -469,6 +469,7 @@ def train_model(dataset: Path, split: str, kind: str, out: Path, epochs: int = D
                                    include_failed=include_failed, **hp)
     m, d = fit_on_frame(df, kind, seed, epochs, device, progress,
                         data_hash(dataset, split, max_per_task, seed, include_failed), **hp)
+    m.trained_on = split_identity(dataset, split)
     m.save(out)
     part = df["part"].to_numpy()
     res = {"model": kind, "out": str(out), "train_records": int((part == "train").sum()),
@@ -533,6 +534,33 @@ def score_part(models: dict, dataset: Path, split: str, part: str = "test",
     return data, {k: np.concatenate(v) for k, v in preds.items()}
 
 
+def split_identity(dataset: Path, split: str) -> dict:
+    """What names a split's assignment: the dataset's folder, the split's name and the sha256 of its file."""
+    from .storage import file_sha256
+
+    return {"dataset": str(Path(dataset).resolve()), "split": split,
+            "split_sha256": file_sha256(Path(dataset) / "splits" / f"{split}.parquet")}
+
+
+class SplitChanged(ValueError):
+    """The split a model is evaluated on was made again after the model trained on it."""
+
+
+def check_same_split(model, dataset: Path, split: str, model_dir) -> None:
+    """Refuse to score a model on a split of its own training data's name that has been made again since it
+    trained: a split re-made with another seed (or on other records) puts in its test part records the model
+    trained on, and the scores rose without a word (the splits audit: PCA 0.757 -> 0.862). A model trained on
+    another dataset or split is scored as asked."""
+    t = getattr(model, "trained_on", None)
+    if not t or t.get("split") != split or t.get("dataset") != str(Path(dataset).resolve()):
+        return
+    now = split_identity(dataset, split)["split_sha256"]
+    if t.get("split_sha256") != now:
+        raise SplitChanged(f"{model_dir} trained on split {split!r} of {dataset}, which has been made again since "
+                           "(its file changed): its test part can hold records the model trained on. Train the model "
+                           "again on this split, or make the split under another name")
+
+
 def evaluate_model(model_dir: Path, dataset: Path, split: str, part: str = "test",
                    chunk_records: int = EVAL_CHUNK_RECORDS, include_failed: bool = False) -> dict:
     """TenSet metrics of a saved model on one part of a split: overall, per operator class, per hardware, and per
@@ -543,6 +571,7 @@ def evaluate_model(model_dir: Path, dataset: Path, split: str, part: str = "test
     from .model import load_model
 
     m = load_model(model_dir, expected_feature_version=FEATURE_VERSION)
+    check_same_split(m, dataset, split, model_dir)
     d, preds = score_part({"m": m}, dataset, split, part, chunk_records, include_failed)
     return evaluate_predictions(d["task_ids"], d["labels"], preds["m"], groups=d["groups"],
                                 include_failed=include_failed)

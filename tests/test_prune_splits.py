@@ -642,3 +642,102 @@ def test_task_split_holds_out_whole_tasks_on_every_hardware(k80_mi50_dataset):
         c.filter(pl.col("part") == "test")["record_id"])  # another seed draws other tasks
     with pytest.raises(ValueError, match="test-fraction"):
         make_split(recs, "task", test_fraction=1.0)
+
+
+def test_a_record_repeated_line_for_line_is_in_one_part_only(tmp_path):
+    """Found by the splits audit: identical log lines share a record_id, and the within-task draw ranked them one
+    by one, so at the test cut one copy fell in test and the other in train (seeds 97, 132, 175 of a database with
+    repeated lines): a record trained on and tested. The draw is now over a task's distinct records."""
+    import gzip
+
+    src = REAL / "metaschedule" / "bennu-a100-resnet34"
+    db = tmp_path / "db"
+    db.mkdir()
+    (db / "database_workload.json").write_bytes(gzip.decompress((src / "database_workload.json.gz").read_bytes()))
+    lines = gzip.decompress((src / "database_tuning_record.json.gz").read_bytes()).splitlines()[:400]
+    (db / "database_tuning_record.json").write_bytes(b"\n".join(lines + lines[:200]) + b"\n")  # 200 repeated
+    ds = tmp_path / "ds"
+    convert([db], ds)
+    recs = load_records(ds, ["record_id", "hardware", "task_id", "workload_key"])
+    assert recs.height == 600 and recs["record_id"].n_unique() <= 400
+    for seed in range(40):
+        table, info = make_split(recs, "within-task", seed=seed)
+        assert table.height == table["record_id"].n_unique(), f"seed {seed}: a record in two parts"
+        assert sum(info["counts"].values()) == recs.height
+
+
+def test_no_test_fraction_means_no_test_part(pooling):
+    """--test-fraction 0 still tested one record of every task while the split's record said 0.0."""
+    recs = load_records(pooling, ["record_id", "hardware", "task_id", "workload_key"])
+    table, info = make_split(recs, "within-task", seed=0, test_fraction=0.0)
+    assert "test" not in info["counts"] and info["test_fraction"] == 0.0
+    assert make_split(recs, "within-task", seed=0, test_fraction=0.01)[1]["counts"]["test"] >= recs[
+        "task_id"].n_unique()  # above 0: at least one a task
+
+
+def test_a_network_split_counts_what_the_data_holds_and_says_what_trains_unplaced(netdata, tmp_path):
+    """The network split's test_tasks counted the networks table's keys (31) where the data held 9; a held-out
+    network with no record made a split with no test part and exit 0; the log's tasks of no network in the table
+    trained without a word (17 of tvm-ci-logs' 26 resnet-50 tasks)."""
+    from typer.testing import CliRunner
+
+    from tenset_curate.cli import app
+
+    nets = pl.read_parquet(str(netdata / "networks/*.parquet"))
+    recs = load_records(netdata, ["record_id", "hardware", "task_id", "workload_key"])
+    table, info = make_split(recs, "network", holdout=["resnet_50"], networks=nets)
+    test = table.filter(pl.col("part") == "test").join(recs, on="record_id")
+    assert info["test_tasks"] == test["workload_key"].n_unique() < info["test_tasks_in_table"]
+    in_table = recs["workload_key"].is_in(nets["workload_key"].implode())
+    assert info["no_network_records"] == int((~in_table).sum()) > 0
+    assert info["no_network_tasks"] == recs.filter(~in_table)["workload_key"].n_unique()
+    ghost = nets.with_columns(pl.lit("ghost_net").alias("network"), pl.col("workload_key") + "x")
+    with pytest.raises(ValueError, match=r"no record of the held-out network\(s\) \['ghost_net'\]"):
+        make_split(recs, "network", holdout=["ghost_net"], networks=pl.concat([nets, ghost]))
+    r = CliRunner().invoke(app, ["splits", "make", str(netdata), "--scheme", "network", "--holdout", "resnet_50",
+                                 "--name", "net_r50"])
+    assert r.exit_code == 0, r.output
+    assert f"warning: {info['no_network_records']} records of {info['no_network_tasks']} tasks belong to no network" \
+        in r.output
+
+
+def test_an_operator_split_says_how_many_records_of_no_known_class_train(tmp_path):
+    """Tasks classed `unknown` stay in training whatever is held out (a conv layer whose key names no operator);
+    the split now counts them and `curate splits make` warns."""
+    from typer.testing import CliRunner
+
+    from tenset_curate.cli import app
+    from tenset_curate.features import operator_classes
+
+    ds = tmp_path / "ds"
+    convert([REAL / "ansor" / "tvm-ci-logs", REAL / "ansor" / "roller-k80" / "pooling"], ds)
+    recs = load_records(ds, ["record_id", "hardware", "task_id", "workload_key", "workload_name", "source_file"])
+    ops = operator_classes(recs)
+    unknown = recs.join(ops, on="task_id").filter(pl.col("op_class") == "unknown")
+    assert unknown.height > 0
+    r = CliRunner().invoke(app, ["splits", "make", str(ds), "--scheme", "operator", "--holdout", "pooling",
+                                 "--name", "no_pool", "--json"])
+    assert r.exit_code == 0, r.output
+    assert (f"warning: {unknown.height} records of {unknown['task_id'].n_unique()} tasks have no known operator "
+            "class") in r.output
+
+
+def test_evaluating_on_a_split_made_again_since_training_is_refused(pooling, tmp_path):
+    """Found by the splits audit: a split re-made under its name with another seed put records the model had
+    trained on into its test part, and `curate evaluate` scored them (PCA 0.757 -> 0.862) without a word."""
+    from typer.testing import CliRunner
+
+    from tenset_curate.cli import app
+    from tenset_curate.training import train_model
+
+    ds = tmp_path / "ds"
+    shutil.copytree(pooling, ds)
+    write_split(ds, "re", "within-task", seed=5)
+    train_model(ds, "re", "gbdt", tmp_path / "m", progress=False, n_estimators=20)
+    write_split(ds, "other", "within-task", seed=6)
+    for split in ("re", "other"):  # its own split as it was, and another split: scored
+        r = CliRunner().invoke(app, ["evaluate", str(tmp_path / "m"), str(ds), "--split", split, "--json"])
+        assert r.exit_code == 0, r.output
+    write_split(ds, "re", "within-task", seed=6)
+    r = CliRunner().invoke(app, ["evaluate", str(tmp_path / "m"), str(ds), "--split", "re"])
+    assert r.exit_code == 2 and "which has been made again since" in r.output
