@@ -12,7 +12,9 @@ depend on row order or on how the data was sharded):
   beside it (``netinfo.collector_network_rows``).
 - ``operator``: hold out operator classes (``--holdout depthwise``).
 - ``task``: hold out a seeded random share ``--test-fraction`` of the tasks (workload keys), every record of a
-  held-out task on every hardware. The network split's question (programs of operators and shapes the model never
+  held-out task on every hardware. A task is its workload key as the log spells it, TenSet's identity of a task:
+  logs that spell one layer two ways (roller-k80 writes conv padding as "SAME", roller-mi50 as numbers) give two
+  tasks, and holding out one leaves the other in training (the splits audit found 18 of 36 held-out layers so). The network split's question (programs of operators and shapes the model never
   saw) for data without network_info: a network split holds out its networks' tasks.
 - ``hardware``: train on ``--train-hw``, test on ``--test-hw``; ``--few-shot F`` puts a fraction F of the test
   hardware's records into training (each record drawn on its own, so a task's share varies around F, and a small
