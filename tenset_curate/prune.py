@@ -2,9 +2,10 @@
 
 ``ratio`` is the fraction of records REMOVED (0.45 keeps 55%). Methods:
 
-- ``redundancy``: records of one (hardware, task) whose schedule tokens are identical (the same schedule measured
-  again, or the same up to bookkeeping that does not change the program: SSA names, GetBlock/GetLoops, the Split
-  that replays a SamplePerfectTile) collapse into one record whose costs are the union of theirs.
+- ``redundancy``: records of one (hardware, task) whose schedules are identical, step for step and field for field
+  (``schedule_keys``: the same schedule measured again, or the same up to bookkeeping that does not change the
+  program: SSA names, GetBlock/GetLoops, the Split that replays a SamplePerfectTile) collapse into one record whose
+  costs are the union of theirs.
 - ``cluster``: per (hardware, task), k-means over the standardised flat features plus the standardised label
   (weight ``CLUSTER_LABEL_WEIGHT``); the record nearest each centre is kept, so the kept set covers the schedule
   space and the label range together. A task's pool of more than ``CLUSTER_BLOCK`` records is clustered in
@@ -256,21 +257,39 @@ def _group_index(df: pl.DataFrame) -> np.ndarray:
     return df.select(pl.struct(LABEL_KEYS).rank("dense") - 1).to_series().to_numpy().astype(np.int64)
 
 
-def dedup_keys(tokens: np.ndarray, mask: np.ndarray, groups: np.ndarray) -> np.ndarray:
-    """A 64-bit key per record: equal keys = same group and identical token sequence.
+def schedule_keys(steps: pl.Series, groups: np.ndarray) -> np.ndarray:
+    """A 64-bit key per record: equal keys = same group and the same schedule, every field of every step (an Ansor
+    step's stage, iterators, lengths, target loop; a MetaSchedule instruction's literals, attributes and decision),
+    with the MetaSchedule instructions that carry no decision left out (``features.TOKEN_KINDS``: GetBlock,
+    GetLoops, the Split that replays a SamplePerfectTile, EnterPostproc, ...) and SSA names dropped by the reader.
+    So a trace re-measured, or written again with other SSA names or bookkeeping, is one schedule, and two
+    programs are never one: keys over the feature tokens (``dedup_keys``, until session 30) missed a CA step's
+    target loop, reorder orders and everything past 64 tokens, and merged real programs of different speed (the
+    prune audit: bennu's x86 resnet-18, lines 101 and 105, 4.00 and 3.56 ms). blake2b over a canonical text of the
+    steps, so the keys do not depend on the Polars version."""
+    from .features import TOKEN_KINDS
 
-    Hashes each record's masked token rows up to its last row with a nonzero bit (the rest is padding): two token
-    tensors of one shape are equal exactly when these prefixes are, and the prefix is about half the bytes."""
-    n = len(tokens)
+    n = len(steps)
     keys = np.empty(n, dtype=np.uint64)
     if n == 0:
         return keys
-    masked = np.ascontiguousarray(np.where(mask[:, :, None], tokens, 0))
-    rows = masked.view(np.uint8).reshape(n, masked.shape[1], -1)
-    nonzero = rows.any(axis=2)
-    length = np.where(nonzero.any(1), nonzero.shape[1] - np.argmax(nonzero[:, ::-1], axis=1), 0)
+    txt = lambda c: pl.col(c).list.eval(pl.element().cast(pl.Utf8)).list.join(",")  # noqa: E731
+    ex = (pl.DataFrame({"steps": steps}).with_row_index("rid").explode("steps")
+          .with_columns(pl.col("steps").struct.field("kind").alias("kind"))
+          .filter(pl.col("kind").is_in(list(TOKEN_KINDS)) | pl.col("kind").is_null())
+          .unnest("steps", separator=".")
+          .select("rid", pl.concat_str([
+              pl.col("kind").fill_null(""), txt("steps.ints"),
+              pl.col("steps.lists").list.eval(pl.element().list.eval(pl.element().cast(pl.Utf8)).list.join(","))
+              .list.join(";"),
+              pl.col("steps.strs").list.join("\x1f"), txt("steps.floats")], separator="\x1e", ignore_nulls=True)
+              .fill_null("").alias("s"))
+          .group_by("rid", maintain_order=True).agg(pl.col("s").str.join("\x1d")))
+    text = [""] * n
+    for rid, s_ in ex.iter_rows():
+        text[rid] = s_
     for i in range(n):
-        h = hashlib.blake2b(rows[i, :length[i]].tobytes(), digest_size=8)
+        h = hashlib.blake2b(text[i].encode(), digest_size=8)
         h.update(int(groups[i]).to_bytes(8, "little"))
         keys[i] = int.from_bytes(h.digest(), "little")
     return keys
@@ -365,6 +384,10 @@ def _greedy_seeds(x: np.ndarray, xx: np.ndarray, k: int, rng: np.random.Generato
             picked[j] = choose(d2)
         c = x[picked[j]]
         d2 = np.minimum(d2, np.maximum(xx - 2 * (x @ c) + xx[picked[j]], 0.0))
+        # a picked point is never picked again: once every point left lies on a pick (a pool of repeated
+        # coordinates), farthest-first's argmax of zeros took the first index again and again, and cluster kept
+        # fewer records than allocated without a word (the prune audit: 25 distinct picks where 87-172 were asked)
+        d2[picked[j]] = -1.0
     return picked
 
 
@@ -388,8 +411,8 @@ def _kmeans_pick(x: np.ndarray, k: int, rng: np.random.Generator, iters: int = 8
     x = _on_grid(x)
     xx = (x * x).sum(1)
     # k-means++: each next centre drawn with probability proportional to its squared distance to the nearest one
-    c = x[_greedy_seeds(x, xx, k, rng, lambda d2: rng.choice(n, p=d2 / d2.sum()) if d2.sum() > 0
-                        else rng.choice(n))]
+    c = x[_greedy_seeds(x, xx, k, rng, lambda d2: rng.choice(n, p=np.maximum(d2, 0) / np.maximum(d2, 0).sum())
+                        if np.maximum(d2, 0).sum() > 0 else rng.choice(n))]
     rows = np.arange(n)
     for _ in range(iters):
         a = (xx[:, None] - 2 * (x @ c.T) + (c * c).sum(1)[None]).argmin(1)
@@ -516,21 +539,14 @@ def check_prune_args(ratio: float, method: str, seed: int = 0, min_keep: int = 8
 
 def _unit_features(df: pl.DataFrame, groups: np.ndarray, need_keys: bool, need_flat: bool,
                    feats: dict | None) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """Dedup keys and flat features, featurizing ``FEATURE_SLICE`` rows at a time (the token tensor of a whole unit
-    would be the biggest thing in memory; only its 64-bit hash and the flat features are kept)."""
-    if feats is not None:
-        keys = dedup_keys(feats["tokens"], feats["mask"], groups) if need_keys else None
+    """Duplicate keys (``schedule_keys``, from the steps) and flat features, featurizing ``FEATURE_SLICE`` rows at a
+    time (the token tensor of a whole unit would be the biggest thing in memory; only the flat features are kept)."""
+    keys = schedule_keys(df["steps"], groups) if need_keys else None
+    if feats is not None or not need_flat:
         return keys, (feats["flat"] if need_flat else None)
-    if not (need_keys or need_flat):
-        return None, None
-    keys, flat = [], []
-    for lo in range(0, max(df.height, 1), FEATURE_SLICE):  # an empty unit: one empty slice
-        f = featurize(df.slice(lo, FEATURE_SLICE))
-        if need_keys:
-            keys.append(dedup_keys(f["tokens"], f["mask"], groups[lo:lo + FEATURE_SLICE]))
-        if need_flat:
-            flat.append(f["flat"])
-    return (np.concatenate(keys) if need_keys else None), (np.concatenate(flat) if need_flat else None)
+    flat = [featurize(df.slice(lo, FEATURE_SLICE))["flat"]
+            for lo in range(0, max(df.height, 1), FEATURE_SLICE)]  # an empty unit: one empty slice
+    return keys, np.concatenate(flat)
 
 
 def prepare_unit(df: pl.DataFrame, method: str, seed: int = 0, feats: dict | None = None) -> dict:
@@ -816,7 +832,21 @@ def _pass2(item: dict) -> dict:
     edges = np.linspace(0.0, 1.0, LABEL_BINS + 1)
     hist = lambda d: np.histogram(d.filter(pl.col("is_valid"))["label"].to_numpy(), edges)[0].tolist()  # noqa
     return {"id": item["id"], "outputs": outputs, "after": kept.height, "tasks": tasks.to_dicts(),
-            "hist_before": hist(df), "hist_after": hist(with_labels(kept))}
+            "hist_before": hist(df), "hist_after": hist(with_labels(kept)), **best_cost_moves(df, kept)}
+
+
+def best_cost_moves(before: pl.DataFrame, after: pl.DataFrame) -> dict:
+    """Tasks whose best valid mean cost (their label scale) the pruning moved, and the largest relative move. Every
+    task keeps its best program, but merging the re-measurements of an identical schedule into the kept record
+    pools their costs, so the best program's mean moves, and another program can become the best (the prune audit:
+    bennu-a100-resnet34, a program measured twice at 2.25 and 2.55 us; roller-k80 at hybrid 0.45, 4 of 117 tasks by
+    under 0.1%)."""
+    best = lambda d: (d.filter(pl.col("is_valid")).group_by("hardware", "task_id")  # noqa: E731
+                      .agg(pl.col("costs").list.mean().min().alias("b")))
+    j = best(before).join(best(after), on=["hardware", "task_id"], suffix="_after")
+    rel = ((j["b_after"] - j["b"]).abs() / j["b"]).to_numpy()
+    moved = rel > 1e-9
+    return {"best_cost_moved_tasks": int(moved.sum()), "best_cost_moved_max": float(rel.max()) if moved.any() else 0.0}
 
 
 def _check_out(dataset: Path, out: Path) -> None:
@@ -900,6 +930,8 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
             for r in first:
                 for k, v in r["info"].items():
                     info[k] = info.get(k, 0) + v
+            info["best_cost_moved_tasks"] = sum(r["best_cost_moved_tasks"] for r in second)
+            info["best_cost_moved_max"] = round(max([r["best_cost_moved_max"] for r in second], default=0.0), 6)
             tasks = pl.DataFrame([t for r in second for t in r["tasks"]],
                                  schema={"hardware": pl.Utf8, "task_id": pl.Utf8, "before": pl.Int64,
                                          "after": pl.Int64, "op_class": pl.Utf8}).sort("hardware", "task_id")
@@ -911,6 +943,9 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
             }
             summary["per_hardware"] = tasks.group_by("hardware").agg(pl.col("before").sum(), pl.col(
                 "after").sum()).sort("hardware").to_dicts()
+            warning = ratio_warning(ratio, achieved, min_keep, info.get("duplicates", 0), n)
+            if warning:  # in prune.json and the report too (it was said on stderr only, and always blamed min_keep)
+                summary["warning"] = warning
             files = list(outputs)
             atomic_write_json(stage / "prune.json", summary)
             files.append("prune.json")
@@ -934,7 +969,11 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
                 from .catalog import CATALOG_NAME, build_catalog
             except ImportError:
                 CATALOG_NAME = None
-            if CATALOG_NAME:
+            # the splits and tables made on an earlier prune of ``out`` stay only when this one keeps the same
+            # records: a split of other records had rows of none of them, and training joined it without a word
+            # (the prune audit: 229 of a split's 861 rows matched a re-prune at another ratio)
+            carry = _record_ids_digest(out, None) == _record_ids_digest(stage, outputs)
+            if CATALOG_NAME and carry:
                 # the catalog's views depend on which tables exist: link the dataset's other tables in (no copy)
                 for sub in ("splits", "tables"):
                     for f in sorted((out / sub).rglob("*")) if (out / sub).is_dir() else []:
@@ -956,15 +995,52 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
                                                                for q in (out / sub).glob("*.parquet"))]:
                 if p.relative_to(out).as_posix() not in files:
                     p.unlink()
+            if not carry:
+                for sub in ("splits", "tables"):
+                    shutil.rmtree(out / sub, ignore_errors=True)
             os.replace(stage / "manifest.json", out / "manifest.json")
         except OSError as e:
             raise _explain(e, out) from e
         finally:
             shutil.rmtree(stage, ignore_errors=True)
-    if abs(achieved - ratio) > 0.01 and ratio > 0:
-        summary["warning"] = (f"achieved ratio {achieved:.4f} differs from {ratio} by more than 1%: the per-task "
-                              f"minimum of {min_keep} records (and best records) bound it")
     return summary
+
+
+def ratio_warning(ratio: float, achieved: float, min_keep: int, duplicates: int, n: int) -> str | None:
+    """What a pruning whose achieved ratio misses the request by more than 1% says, naming the cause: more removed
+    (identical schedules merged into one record remove at least that many, at ratio 0 too) or fewer (every task
+    keeps its best record and at least ``min_keep``)."""
+    if abs(achieved - ratio) <= 0.01:
+        return None
+    head = f"achieved ratio {achieved:.4f} differs from the requested {ratio} by more than 1%: "
+    if achieved > ratio:
+        return head + (f"{duplicates} of the {n} records were identical schedules of another record, merged into it "
+                       "(their costs kept), so at least that many go whatever the ratio")
+    return head + (f"every task keeps its best valid record and at least min_keep={min_keep} records, which keeps "
+                   "more than the ratio leaves")
+
+
+def _record_ids_digest(root: Path, outputs: list[str] | None) -> str | None:
+    """sha256 of the sorted record ids of the record shards ``outputs`` under ``root`` (None: those its manifest
+    names); None where there are none (no earlier prune)."""
+    import pyarrow.parquet as pq
+
+    if outputs is None:
+        try:
+            from .storage import named_shards
+
+            names = named_shards(root)
+        except (OSError, ValueError):
+            return None
+        if not names:
+            return None
+        outputs = sorted(names)
+    files = [root / rel for rel in outputs if rel.startswith("records/")]
+    if not files or not all(f.is_file() for f in files):
+        return None
+    ids = np.sort(np.concatenate([pq.read_table(f, columns=["record_id"]).column(0).to_numpy(zero_copy_only=False)
+                                  for f in files]).astype(str))
+    return hashlib.sha256("\n".join(ids.tolist()).encode()).hexdigest()
 
 
 def _hist_quantile(hist: np.ndarray, q: float) -> float:
@@ -972,7 +1048,9 @@ def _hist_quantile(hist: np.ndarray, q: float) -> float:
     c = np.cumsum(hist)
     if c[-1] == 0:
         return float("nan")
-    i = int(np.searchsorted(c, q * c[-1], side="left"))
+    # the bin of the ceil(q * n)-th value (at least the first: q = 0 is the minimum's bin, where searching for 0
+    # found bin 0 whatever the labels)
+    i = int(np.searchsorted(c, max(q * c[-1], 1), side="left"))
     return (min(i, len(hist) - 1) + 0.5) / len(hist)
 
 
@@ -981,7 +1059,11 @@ def prune_report(tasks: pl.DataFrame, hist: dict, summary: dict) -> str:
     lines = [f"# Pruning report: {summary['method']}, ratio {summary['ratio_requested']}", "",
              f"- records: {summary['records_before']} -> {summary['records_after']} "
              f"(removed {summary['ratio_achieved']:.2%}); seed {summary['seed']}; {summary['seconds']} s; "
-             f"{summary['units']} unit(s) of whole tasks", ""]
+             f"{summary['units']} unit(s) of whole tasks"] + ([f"- warning: {summary['warning']}"]
+                                                              if summary.get("warning") else []) + (
+        [f"- {summary['best_cost_moved_tasks']} task(s) have another best mean cost (label scale) than before, by up "
+         f"to {summary['best_cost_moved_max']:.2%}: re-measurements of the same schedule merged into the kept record "
+         "pool their costs"] if summary.get("best_cost_moved_tasks") else []) + [""]
     lines += ["## Kept per hardware", "", "| hardware | before | after |", "|---|---:|---:|"]
     lines += [f"| {r['hardware']} | {r['before']} | {r['after']} |" for r in summary["per_hardware"]]
     lines += ["", "## Kept per operator class", "", "| operator | before | after |", "|---|---:|---:|"]

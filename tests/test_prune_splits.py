@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import re
 import shutil
@@ -741,3 +742,92 @@ def test_evaluating_on_a_split_made_again_since_training_is_refused(pooling, tmp
     write_split(ds, "re", "within-task", seed=6)
     r = CliRunner().invoke(app, ["evaluate", str(tmp_path / "m"), str(ds), "--split", "re"])
     assert r.exit_code == 2 and "which has been made again since" in r.output
+
+
+# ------------------------------------------------------------------------------------------ session-30 prune audit
+
+def test_two_programs_that_differ_in_a_step_the_tokens_drop_are_not_merged(tmp_path):
+    """bennu's x86 resnet-18 log: lines 101 and 105 differ only in a CA step's target loop ([1, 3, 11] and [1, 3,
+    10]); they are two programs (4.00 and 3.56 ms). The duplicate keys hashed the feature tokens, which drop the
+    target loop, so redundancy merged them: line 101 went and 105 came out with the costs of both."""
+    ds = tmp_path / "ds"
+    src = tmp_path / "logs"
+    src.mkdir()
+    lines = gzip.open(REAL / "ansor" / "bennu" / "x86_resnet18.json.gz").read().split(b"\n")
+    (src / "r18.json").write_bytes(b"\n".join(lines[:300]) + b"\n")
+    convert([src], ds)
+    a, b = (json.loads(lines[i - 1]) for i in (101, 105))
+    assert a["i"][0] == b["i"][0] and a["i"][1] != b["i"][1]  # one task, two schedules
+    p = prune(ds, tmp_path / "p", 0.0, "redundancy", min_keep=0)
+    kept = load_records(tmp_path / "p", ["line", "costs"])
+    got = {ln: c for ln, c in kept.iter_rows() if ln in (101, 105)}
+    assert set(got) == {101, 105} and got[101] == a["r"][0] and got[105] == b["r"][0]
+    assert p["duplicates"] == 0 or all(len(c) == 3 for c in got.values())
+
+
+def test_farthest_first_never_picks_a_point_twice():
+    """On a pool of repeated coordinates (25 distinct points), farthest-first took the first index again once every
+    point left lay on a pick: 25 distinct records where 87-172 were asked, and cluster kept fewer than allocated."""
+    from tenset_curate.prune import _kcenter_pick
+
+    x = np.repeat(np.random.default_rng(0).normal(size=(25, 4)), 8, axis=0)
+    for k in (10, 25, 87, 172, 199):
+        got = _kcenter_pick(x, k, np.random.default_rng(1))
+        assert len(got) == k == len(set(got.tolist()))
+
+
+def test_a_reprune_into_its_folder_keeps_splits_only_of_the_same_records(pooling, tmp_path):
+    """Re-pruning into the same --out at another ratio kept the earlier prune's splits (and linked them into the new
+    catalog): 229 of a split's 861 rows matched the new records, and training joined the rest away without a word."""
+    out = tmp_path / "p"
+    prune(pooling, out, 0.5, "random", seed=0)
+    write_split(out, "w", "within-task")
+    prune(pooling, out, 0.5, "random", seed=0)  # the same records: the split stays
+    assert (out / "splits" / "w.parquet").is_file()
+    assert read_split(out, "w")["record_id"].is_in(load_records(out, ["record_id"])["record_id"].implode()).all()
+    prune(pooling, out, 0.9, "random", seed=0)  # other records: the split goes
+    assert not (out / "splits").exists()
+    with pytest.raises(FileNotFoundError, match="no such split"):
+        read_split(out, "w")
+
+
+def test_a_ratio_it_cannot_meet_is_said_in_the_record_and_the_report_with_its_cause(pooling, tmp_path):
+    """The warning went to stderr only (prune.json and the report were written before it), always blamed min_keep,
+    and at ratio 0 was not made at all, though merging duplicates removed records."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    first = sorted((REAL / "ansor" / "roller-k80" / "pooling").glob("*.gz"))[0]
+    lines = gzip.open(first).read().split(b"\n")[:400]
+    (logs / "a.json").write_bytes(b"\n".join(lines) + b"\n")
+    (logs / "b.json").write_bytes(b"\n".join(lines[:100]) + b"\n")  # 100 of them measured again
+    convert([logs], tmp_path / "ds")
+    s = prune(tmp_path / "ds", tmp_path / "p0", 0.0, "redundancy", min_keep=0)
+    assert s["ratio_achieved"] == pytest.approx(100 / 500, abs=0.01) and "identical schedules" in s["warning"]
+    rec = json.loads((tmp_path / "p0" / "prune.json").read_text())
+    assert rec["warning"] == s["warning"] and s["warning"] in (tmp_path / "p0" / "prune_report.md").read_text()
+    s = prune(pooling, tmp_path / "p1", 0.5, "random", min_keep=10_000)
+    assert s["ratio_achieved"] < 0.49 and "min_keep=10000" in s["warning"]
+    assert "warning" not in prune(pooling, tmp_path / "p2", 0.5, "random")
+
+
+def test_merged_remeasurements_that_move_a_best_cost_are_reported(pooling, tmp_path):
+    """Merging an identical schedule's measurements into the kept record pools their costs, so a task's best mean
+    cost (its label scale) can move; the report now says in how many tasks and by how much."""
+    s = prune(pooling, tmp_path / "p", 0.45, "hybrid")
+    before = with_labels(load_records(pooling)).filter(pl.col("is_valid")).group_by("hardware", "task_id").agg(
+        pl.col("best_cost").first())
+    after = with_labels(load_records(tmp_path / "p")).filter(pl.col("is_valid")).group_by(
+        "hardware", "task_id").agg(pl.col("best_cost").first())
+    j = before.join(after, on=["hardware", "task_id"], suffix="_a")
+    rel = ((j["best_cost_a"] - j["best_cost"]).abs() / j["best_cost"]).to_numpy()
+    assert s["best_cost_moved_tasks"] == int((rel > 1e-9).sum())
+    assert s["best_cost_moved_max"] == pytest.approx(float(rel.max()), abs=1e-6)
+
+
+def test_the_label_minimum_quantile_is_the_minimums_bin():
+    from tenset_curate.prune import LABEL_BINS, _hist_quantile
+
+    h = np.zeros(LABEL_BINS, np.int64)
+    h[[4, 9000]] = [3, 5]  # the smallest labels lie in bin 4
+    assert _hist_quantile(h, 0.0) == pytest.approx(4.5 / LABEL_BINS)
+    assert _hist_quantile(h, 1.0) == pytest.approx(9000.5 / LABEL_BINS)
