@@ -243,8 +243,9 @@ def test_prune_evaluate_reports_full_method_and_random_and_refuses_a_dataset_too
     assert set(ev) == {"model", "seeds", "full", "hybrid", "random", "runs", "paired"} and ev["seeds"] == [0]
     assert ev["model"] == "proxy"
     assert all(0.5 < ev[k]["pca"] <= 1 and 0 < ev[k]["top1"] <= 1 for k in ("full", "hybrid", "random"))
-    # the same proxy on the same test records: full data keeps every valid training record, both prunings 55% of them
-    assert ev["hybrid"]["kept"] == ev["random"]["kept"]
+    # the same proxy on the same test records: full data trains on every valid training record, both prunings on
+    # the valid records of the 55% they keep (random's include failed ones it cannot train on: fewer or as many)
+    assert ev["random"]["kept"] <= ev["hybrid"]["kept"]
     assert abs(ev["hybrid"]["kept"] / ev["full"]["kept"] - 0.55) < 0.03
     p = ev["paired"]
     assert p["pca_vs_full"] == pytest.approx(ev["hybrid"]["pca"] - ev["full"]["pca"], abs=1e-4)
