@@ -636,7 +636,8 @@ NETWORKS_SCHEMA = pa.schema(
         pa.field("workload_key", pa.string(), nullable=False),  # exactly as in the logs
         pa.field("task_weight", pa.int64()),  # occurrences of the task in the network; null for all_tasks.pkl
         pa.field("task_index", pa.int64(), nullable=False),  # position in the pickled task list
-        pa.field("task_desc", pa.string()),  # SearchTask.desc when present and non-empty
+        # SearchTask.desc when present and non-empty, else the compute DAG's operations (``dag_description``)
+        pa.field("task_desc", pa.string()),
         pa.field("source_file", pa.string(), nullable=False),  # path as given
     ],
     metadata={b"tenset_curate.table": b"networks", b"version": b"1"},
@@ -644,6 +645,52 @@ NETWORKS_SCHEMA = pa.schema(
 
 
 WORKLOAD_KEY_MAX = 64 << 10  # characters; Ansor's keys are a name and the shape numbers, well under 1 KiB
+
+
+DAG_JSON_MAX = 4 << 20  # characters of a compute DAG's JSON read for its description (the real ones: ~40 KB)
+DAG_DESC_MAX = 1024
+
+
+def dag_description(dag: Any) -> str | None:
+    """The operations of a task's compute DAG, for its operator class: each ComputeOp's name and tag (its comma
+    parts), in the DAG's order, joined by "+" ("T_relu+elemwise+T_add+broadcast+Conv2dOutput+conv2d_nhwc+..."). The
+    TenSet pickles carry no ``SearchTask.desc`` and their workload keys name no operator (an md5 and the shapes),
+    so this is how a task of a TenSet log gets a class (``features.operator_classes``' task-desc rule). None when
+    the DAG cannot be read: a description is never required."""
+    if not isinstance(dag, ComputeDAGStandIn):
+        return None
+    text = (dag.__dict__.get("state") or {}).get("tensors") if isinstance(dag.__dict__.get("state"), dict) else None
+    if not isinstance(text, str) or len(text) > DAG_JSON_MAX:
+        return None
+    try:
+        nodes = json.loads(str.__str__(text)).get("nodes")
+    except (ValueError, AttributeError, RecursionError):
+        return None
+    out: list[str] = []
+    for node in nodes if isinstance(nodes, list) else []:
+        if not isinstance(node, dict) or node.get("type_key") not in ("ComputeOp", "te.ComputeOp"):
+            continue
+        attrs = node.get("attrs") if isinstance(node.get("attrs"), dict) else {}
+        tag = attrs.get("tag")
+        for v in [attrs.get("name")] + (tag.split(",") if isinstance(tag, str) else []):
+            if isinstance(v, str) and v and v not in out:
+                out.append(v)
+    desc = "+".join(out)[:DAG_DESC_MAX]
+    return desc or None
+
+
+def dataset_task_descriptions(dataset: str | os.PathLike) -> dict[str, str]:
+    """workload_key -> task description, from a dataset's networks table (empty when it has none)."""
+    files = sorted((Path(dataset) / "networks").glob("*.parquet"))
+    out: dict[str, str] = {}
+    for f in files:
+        import pyarrow.parquet as pq
+
+        t = pq.read_table(f, columns=["workload_key", "task_desc"])
+        for k, d in zip(t.column(0).to_pylist(), t.column(1).to_pylist()):
+            if d and k not in out:
+                out[k] = d
+    return out
 
 
 def _task_row(task: Any, index: int, where: str, seen: dict | None = None) -> dict[str, Any]:
@@ -681,7 +728,7 @@ def _task_row(task: Any, index: int, where: str, seen: dict | None = None) -> di
     if not kind:
         raise NetInfoError(f"{where}: task {index} has an empty target")
     desc = state.get("desc")
-    desc = str.__str__(desc) if isinstance(desc, str) and desc else None
+    desc = str.__str__(desc) if isinstance(desc, str) and desc else dag_description(state.get("compute_dag"))
     return {"target": target, "target_kind": kind, "workload_key": key, "task_index": index, "task_desc": desc}
 
 

@@ -824,7 +824,9 @@ def _pass2(item: dict) -> dict:
         write_parquet_atomic(Path(item["stage"]) / rel, part.select(RECORD_SCHEMA.names).to_arrow().cast(RECORD_SCHEMA))
         outputs.append(rel)
     npz.unlink()
-    ops = operator_classes(df)
+    from .netinfo import dataset_task_descriptions
+
+    ops = operator_classes(df, dataset_task_descriptions(item["dataset"]))
     before = df.group_by("hardware", "task_id").len().rename({"len": "before"})
     after = kept.group_by("hardware", "task_id").len().rename({"len": "after"})
     tasks = before.join(after, on=["hardware", "task_id"], how="left").fill_null(0).join(ops.select(

@@ -247,7 +247,9 @@ def write_split(dataset: Path, name: str, scheme: str, **kw) -> dict:
     check_split_name(dataset, name)
     check_split_args(scheme, **kw)
     recs, nets = load_dataset_tables(dataset)
-    ops = operator_classes(recs) if scheme == "operator" else None
+    from .netinfo import dataset_task_descriptions
+
+    ops = operator_classes(recs, dataset_task_descriptions(dataset)) if scheme == "operator" else None
     table, info = make_split(recs, scheme, networks=nets, op_classes=ops, **kw)
     with dataset_lock(dataset, what="curate splits make"):
         remove_stale_tmp(dataset)  # an interrupted splits make's temporary files (only a convert removed them)

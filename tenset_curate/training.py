@@ -76,7 +76,7 @@ def split_index(dataset: Path, split: str, max_per_task: int | None = None, seed
                             "dataset: the split was made from another dataset, or before the records were replaced; "
                             "make it again with curate splits make"))
     light = light.select("record_id", "hardware", "task_id", "best_cost", "label", "part")
-    ops = task_operator_classes(files)
+    ops = task_operator_classes(files, dataset)
     if tasks_of is not None:
         light = tasks_with(light, [tasks_of] if isinstance(tasks_of, str) else list(tasks_of))
     if max_per_task is not None:
@@ -89,7 +89,7 @@ def split_index(dataset: Path, split: str, max_per_task: int | None = None, seed
     return light.join(ops, on="task_id", how="left", maintain_order="left")
 
 
-def task_operator_classes(files: list[Path]) -> pl.DataFrame:
+def task_operator_classes(files: list[Path], dataset: Path | None = None) -> pl.DataFrame:
     """task_id -> op_class, from one record per task (its smallest record_id, the first in a split's order):
     the operator inputs (workload name and key, source file) are read for those records only, not for every record
     (they were two thirds of the light read's memory on 3.4M records)."""
@@ -97,7 +97,10 @@ def task_operator_classes(files: list[Path]) -> pl.DataFrame:
     first = lf.group_by("task_id").agg(pl.col("record_id").min()).collect()["record_id"]
     rows = (lf.filter(pl.col("record_id").is_in(first.implode())).select("record_id", "task_id", *OPERATOR_INPUTS)
             .collect().sort("record_id"))
-    return operator_classes(rows).select("task_id", "op_class")
+    from .netinfo import dataset_task_descriptions
+
+    return operator_classes(rows, dataset_task_descriptions(dataset) if dataset else None).select("task_id",
+                                                                                                "op_class")
 
 
 def tasks_with(index: pl.DataFrame, parts: list[str]) -> pl.DataFrame:

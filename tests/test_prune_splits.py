@@ -831,3 +831,20 @@ def test_the_label_minimum_quantile_is_the_minimums_bin():
     h[[4, 9000]] = [3, 5]  # the smallest labels lie in bin 4
     assert _hist_quantile(h, 0.0) == pytest.approx(4.5 / LABEL_BINS)
     assert _hist_quantile(h, 1.0) == pytest.approx(9000.5 / LABEL_BINS)
+
+
+def test_tasks_of_a_network_get_their_class_from_the_compute_dag(netdata):
+    """TenSet's pickles carry no SearchTask.desc and its workload keys name no operator (an md5 and shapes), so the
+    task-desc rule never fired and tvm-ci-logs' resnet-50 conv layers were `unknown` (the features audit: 9 tasks);
+    the networks table's description now comes from the compute DAG's operations."""
+    from tenset_curate.features import operator_classes
+    from tenset_curate.netinfo import dataset_task_descriptions
+
+    recs = load_records(netdata, ["record_id", "hardware", "task_id", "workload_key", "workload_name", "source_file"])
+    desc = dataset_task_descriptions(netdata)
+    before, after = operator_classes(recs), operator_classes(recs, desc)
+    moved = before.join(after, on="task_id", suffix="_n").filter(pl.col("op_class") != pl.col("op_class_n"))
+    assert moved.height >= 9 and (moved["op_class"] == "unknown").all()
+    assert set(moved["op_rule_n"]) == {"task-desc"} and "conv2d" in set(moved["op_class_n"])
+    info = write_split(netdata, "no_conv", "operator", holdout=["conv2d"])
+    assert info["unknown_class_tasks"] == int((after["op_class"] == "unknown").sum())
