@@ -762,7 +762,10 @@ def read_network_info(
         try:
             network, shapes, _ = parse_network_filename(where)
         except ValueError:
-            pass
+            # a (tasks, weights) file renamed from TenSet's ((name,[shapes]),target) form, e.g. resnet50.task.pkl:
+            # its stem is the network (the rows lost it without a word, and the network split skipped them)
+            stem = _strip_suffixes(os.path.basename(where))[0]
+            network = stem if re.fullmatch(r"[A-Za-z0-9_.-]{1,200}", stem) else None
         else:
             input_shape = json.dumps([list(s) for s in shapes], separators=(",", ":"))
             batch_size = shapes[0][0] if shapes and shapes[0] else None

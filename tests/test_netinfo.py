@@ -345,3 +345,19 @@ def test_parse_network_filename(name, expected):
 def test_parse_network_filename_rejects(name):
     with pytest.raises(ValueError):
         parse_network_filename(name)
+
+
+@needs_real
+def test_a_renamed_network_file_keeps_its_network_from_the_stem(tmp_path):
+    """A (tasks, weights) file whose name is not TenSet's ((name,[shapes]),target) form (resnet50.task.pkl.gz) had
+    network None in every row, without a word, and the network split skipped its tasks (the pickle audit)."""
+    import shutil
+
+    src = sorted(REAL_DIR.glob("*.task.pkl.gz"))[0]
+    dst = tmp_path / "resnet50.task.pkl.gz"
+    shutil.copyfile(src, dst)
+    rows = read_network_info(dst)
+    assert {r["network"] for r in rows} == {"resnet50"} and {r["input_shape"] for r in rows} == {None}
+    odd = tmp_path / "a b(c).task.pkl.gz"  # not a plain name either: no network rather than a guess
+    shutil.copyfile(src, odd)
+    assert {r["network"] for r in read_network_info(odd)} == {None}
