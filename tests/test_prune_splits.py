@@ -848,3 +848,32 @@ def test_tasks_of_a_network_get_their_class_from_the_compute_dag(netdata):
     assert set(moved["op_rule_n"]) == {"task-desc"} and "conv2d" in set(moved["op_class_n"])
     info = write_split(netdata, "no_conv", "operator", holdout=["conv2d"])
     assert info["unknown_class_tasks"] == int((after["op_class"] == "unknown").sum())
+
+
+def test_analyze_counts_leakage_against_train_and_valid_and_each_schedule_once(tmp_path):
+    """The leakage section compared train only (valid, which picks the epoch, was left out) and counted the rows of
+    a join, so a schedule measured twice counted twice (126 against 123 distinct on a real database)."""
+    from tenset_curate.splits import analyze
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    first = sorted((REAL / "ansor" / "roller-k80" / "pooling").glob("*.gz"))[0]
+    lines = gzip.open(first).read().split(b"\n")[:300]
+    (logs / "a.json").write_bytes(b"\n".join(lines) + b"\n")
+    again = []
+    for k in (1, 2):  # the same schedules measured again, twice: other costs, so other lines and record ids
+        for ln in lines[:150]:
+            rec = json.loads(ln)
+            rec["r"][0] = [c * (1 + 0.01 * k) for c in rec["r"][0]]
+            again.append(json.dumps(rec).encode())
+    (logs / "b.json").write_bytes(b"\n".join(again) + b"\n")
+    ds = tmp_path / "ds"
+    convert([logs], ds)
+    write_split(ds, "w", "within-task", seed=0)
+    md = analyze(ds, "w", tmp_path / "rep").read_text()
+    recs = load_records(ds, ["record_id", "task_id", "steps"]).join(read_split(ds, "w"), on=["record_id", "task_id"])
+    recs = recs.with_columns(pl.col("steps").hash(seed=7).alias("prog"))
+    seen = set(recs.filter(pl.col("part") != "test").select("task_id", "prog").iter_rows())
+    test = set(recs.filter(pl.col("part") == "test").select("task_id", "prog").iter_rows())
+    want = len(seen & test)
+    assert want > 0 and f"identical schedules (same task, same steps) in both train/valid and test: {want}\n" in md
