@@ -178,8 +178,11 @@
   PCA (above). Three seeds had given -1.47, -1.45 and -1.78: no set comes within 0.3 points of the 1-point bar.
 
 Invariants (checked): deterministic for a seed; every (hardware, task) keeps its best valid record and at least
-``min_keep`` records (or all it has); the achieved ratio is within 1% of the request whenever the minimums allow;
-the output has the record schema.
+``min_keep`` records (or all it has); the achieved ratio is within 1% of the request whenever the minimums allow,
+and otherwise prune.json and the report say so and why (``ratio_warning``: the minimums, or identical schedules
+merged, which remove records at ratio 0 too); the output has the record schema. The best record's label scale
+holds unless re-measurements of its schedule merge into it and move its mean: prune.json and the report count
+those tasks (``best_cost_moves``).
 
 How it runs (``prune``): the dataset is cut into units of whole tasks (``plan_units``: shards that share a task are
 one component; components are packed into units of about ``UNIT_RECORDS`` records). Pass 1 prepares each unit
