@@ -435,6 +435,10 @@ def evaluate(
     else:
         typer.echo(f"PCA {s['pca']:.4f}  top-1 {s['top1']:.4f}  top-5 {s['top5']:.4f}  "
                    f"({s['n_tasks']} tasks, {s['n_records']} records)")
+        one = sum(1 for n in s["per_task"]["n_records"] if n < 2)
+        if one:  # TenSet's definitions: such a task has no pair to rank, and its best pick is its only record
+            typer.echo(f"warning: {one} of {s['n_tasks']} tasks have one scored record, which counts PCA 0.5 and "
+                       "top-k 1 by TenSet's definition (metrics.py)", err=True)
         for name in ("op_class", "hardware"):  # the breakdowns the docstring promises (--json has them too)
             for g, r in s.get(f"by_{name}", {}).items():
                 typer.echo(f"  {name} {g}: PCA {r['pca']:.4f}  top-1 {r['top1']:.4f}  top-5 {r['top5']:.4f}  "

@@ -473,8 +473,24 @@ def _torch_env(num_threads: int | None, deterministic: bool):
 def _progress(iterable, enabled: bool, **kw):
     from tqdm.auto import tqdm
 
-    disable = (not enabled) or not (hasattr(sys.stderr, "isatty") and sys.stderr.isatty())
-    return tqdm(iterable, disable=disable, leave=False, **kw)
+    return tqdm(iterable, disable=not _showing(enabled), leave=False, **kw)
+
+
+def _showing(enabled: bool) -> bool:
+    """Whether progress shows: asked for, and a terminal to show it on."""
+    return enabled and hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
+
+
+def _epoch_line(enabled: bool, what: str, rec: dict, best: bool) -> None:
+    """One line per epoch under the progress bar: the loss and the validation metrics it stops on (they were only
+    in config.json's history; the session-30 training audit)."""
+    if not _showing(enabled) or "valid_pca" not in rec:
+        return
+    from tqdm.auto import tqdm
+
+    loss = f"loss {rec['train_loss']:.4f}, " if "train_loss" in rec else ""
+    tqdm.write(f"{what}: {loss}valid PCA {rec['valid_pca']:.4f} top-1 {rec['valid_top1']:.4f} top-5 "
+               f"{rec['valid_top5']:.4f}" + (" (best so far)" if best else ""), file=sys.stderr)
 
 
 def _json_safe(obj):
@@ -1096,6 +1112,7 @@ class _TorchRanker(Ranker):
                     best_state = {k: v.detach().clone() for k, v in net.state_dict().items()}
                 else:
                     bad += 1
+                _epoch_line(self.progress, f"{self.kind} {phase} epoch {epoch}", rec, bad == 0)
             self.history.append(_json_safe(rec))
             if data["valid"] is not None and bad >= hp["patience"]:
                 break
@@ -1505,7 +1522,10 @@ class GBDTRanker(Ranker):
             vgr = relevance_grades(vtask, vlab, hp["n_grades"], hp["grade_mode"])
             dvalid = lgb.Dataset(vflat[vrows], vgr[vrows], group=vsizes, reference=dtrain)
             valid_sets = [dvalid]
-            vt, vl = vtask[vrows], vlab[vrows]
+            # scored in the records' own order, as evaluate scores them (TenSet's PCA counts a pair of tied
+            # predictions by the records' order: in LightGBM's query order the history differed from evaluate)
+            back = np.empty(len(vrows), np.int64)
+            back[vrows] = np.arange(len(vrows))
             state = {"calls": 0, "last": -np.inf}
             every = max(1, int(hp["eval_every"]))
 
@@ -1513,7 +1533,7 @@ class GBDTRanker(Ranker):
                 state["calls"] += 1
                 it = state["calls"]
                 if it == 1 or it % every == 0:
-                    m = _metrics.evaluate_predictions(vt, vl, preds)
+                    m = _metrics.evaluate_predictions(vtask, vlab, np.asarray(preds)[back])
                     state["last"] = m["pca"]
                     self.history.append(_json_safe(
                         {"iteration": it, **({"phase": phase} if init_model is not None else {}),

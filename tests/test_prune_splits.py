@@ -877,3 +877,27 @@ def test_analyze_counts_leakage_against_train_and_valid_and_each_schedule_once(t
     test = set(recs.filter(pl.col("part") == "test").select("task_id", "prog").iter_rows())
     want = len(seen & test)
     assert want > 0 and f"identical schedules (same task, same steps) in both train/valid and test: {want}\n" in md
+
+
+def test_evaluate_warns_when_tasks_have_one_scored_record(pooling, tmp_path):
+    """A task with one test record scores PCA 0.5 and top-k 1 by TenSet's definition; `curate evaluate` printed
+    such means without a word (the training audit: 'PCA 0.5000 top-1 1.0000 (5 tasks, 5 records)')."""
+    from typer.testing import CliRunner
+
+    from tenset_curate.cli import app
+    from tenset_curate.training import train_model
+
+    ds = tmp_path / "ds"
+    shutil.copytree(pooling, ds)
+    write_split(ds, "w", "within-task", seed=0)
+    train_model(ds, "w", "gbdt", tmp_path / "m", progress=False, n_estimators=10)
+    sp = read_split(ds, "w")
+    one = pl.concat([sp.filter(pl.col("part") != "test"),
+                     sp.filter(pl.col("part") == "test").group_by("hardware", "task_id", maintain_order=True).head(1)
+                     .select(sp.columns)])
+    one.write_parquet(ds / "splits" / "one.parquet")
+    r = CliRunner().invoke(app, ["evaluate", str(tmp_path / "m"), str(ds), "--split", "one"])
+    n = sp["task_id"].n_unique()
+    assert r.exit_code == 0 and f"warning: {n} of {n} tasks have one scored record" in r.output, r.output
+    r = CliRunner().invoke(app, ["evaluate", str(tmp_path / "m"), str(ds), "--split", "w"])
+    assert r.exit_code == 0 and "one scored record" not in r.output
