@@ -48,7 +48,7 @@ if variant == "attention-onepass":  # labelled_split before its two passes (sess
     recs = T.with_labels(T.load_records(Path(dataset)))
     sp = read_split(Path(dataset), split).select("record_id", "part")
     df = recs.join(sp, on="record_id", how="inner")
-    ops = T.operator_classes(df)
+    ops = T.operator_classes(df)  # the K80 + MI50 logs: no networks table, so no task descriptions
     df = df.join(ops.select("task_id", "op_class"), on="task_id", how="left").filter(pl.col("is_valid"))
     del recs
     hp = {}

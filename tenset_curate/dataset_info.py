@@ -5,7 +5,7 @@ from pathlib import Path
 
 import polars as pl
 
-from .features import operator_classes
+from .features import dataset_operator_classes
 from .readers import DEVICE_COLUMNS, devices_by_hardware
 
 
@@ -19,9 +19,7 @@ def dataset_info(dataset: Path) -> dict:
     lf = pl.scan_parquet(record_files(dataset))
     recs = lf.select("hardware", "task_id", "workload_name", "workload_key", "source_file", "is_valid",
                      *DEVICE_COLUMNS).collect()
-    from .netinfo import dataset_task_descriptions
-
-    ops = operator_classes(recs, dataset_task_descriptions(dataset))
+    ops = dataset_operator_classes(recs, dataset)
     j = recs.join(ops, on="task_id", how="left")
     by = (j.group_by("hardware", "op_class").agg(pl.len().alias("records"), pl.col("task_id").n_unique().alias("tasks"),
                                                  (1 - pl.col("is_valid").mean()).alias("failure_rate"))

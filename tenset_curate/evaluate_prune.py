@@ -114,12 +114,10 @@ def evaluate_methods(dataset: Path, ratios: list[float], methods: list[str], see
                              "and to test on (each task's test records are held out of its own records)")
         valid = ops = None
         if model != "proxy":
-            from .features import operator_classes
+            from .features import dataset_operator_classes
 
-            from .netinfo import dataset_task_descriptions
-
-            ops = operator_classes(pl.concat([train, test], how="vertical_relaxed"),
-                                   dataset_task_descriptions(dataset)).select("task_id", "op_class")
+            ops = dataset_operator_classes(pl.concat([train, test], how="vertical_relaxed"),
+                                           dataset).select("task_id", "op_class")
             if valid_from == "pool":
                 v = pl.Series(valid_draw(train, seed))
                 valid, train = train.filter(v & pl.col("is_valid")), train.filter(~v)

@@ -88,7 +88,7 @@ ANSOR_ANN = {1: "unroll", 2: "vectorize", 3: "parallel", 4: "vthread", 5: "block
              7: "block_bind", 8: "thread_bind", 9: "block_bind", 10: "thread_bind", 11: "tensorize"}
 MS_ANN = {"Parallel": "parallel", "Vectorize": "vectorize", "Unroll": "unroll", "Tensorize": "tensorize"}
 TOKEN_KINDS = frozenset(KIND_TO_PRIM) | {"Annotate"}  # the step kinds that become tokens (Annotate: by its key)
-# MetaSchedule Annotate key -> (primitive, annotation); keys not here carry no schedule decision and are dropped
+# MetaSchedule Annotate key -> (primitive, annotation); a key not here is a pragma without a depth
 MS_ANNOTATE = {
     "meta_schedule.parallel": ("annotation", "parallel"), "meta_schedule.vectorize": ("annotation", "vectorize"),
     "meta_schedule.unroll_explicit": ("pragma", None), "meta_schedule.unroll_implicit": ("pragma", None),
@@ -143,6 +143,14 @@ def operator_classes(tasks: pl.DataFrame, task_desc: dict[str, str] | None = Non
             cls, rule = "unknown", "none"
         rows.append((tid, cls, rule))
     return pl.DataFrame(rows, schema={"task_id": pl.Utf8, "op_class": pl.Utf8, "op_rule": pl.Utf8}, orient="row")
+
+
+def dataset_operator_classes(tasks: pl.DataFrame, dataset) -> pl.DataFrame:
+    """``operator_classes`` of a dataset's records, with the task descriptions of its networks table (a TenSet key
+    names no operator: the compute DAG's operations do, ``netinfo.dag_description``)."""
+    from .netinfo import dataset_task_descriptions
+
+    return operator_classes(tasks, dataset_task_descriptions(dataset) if dataset is not None else None)
 
 
 def _log2p(x: pl.Expr) -> pl.Expr:

@@ -268,8 +268,9 @@ def schedule_keys(steps: pl.Series, groups: np.ndarray) -> np.ndarray:
     So a trace re-measured, or written again with other SSA names or bookkeeping, is one schedule, and two
     programs are never one: keys over the feature tokens (``dedup_keys``, until session 30) missed a CA step's
     target loop, reorder orders and everything past 64 tokens, and merged real programs of different speed (the
-    prune audit: bennu's x86 resnet-18, lines 101 and 105, 4.00 and 3.56 ms). blake2b over a canonical text of the
-    steps, so the keys do not depend on the Polars version."""
+    prune audit: bennu's x86 resnet-18, lines 101 and 105, 4.00 and 3.56 ms). blake2b over a text of the steps
+    (Polars writes the numbers, so a Polars that formats floats otherwise would give other keys, not other
+    duplicate sets)."""
     from .features import TOKEN_KINDS
 
     n = len(steps)
@@ -811,7 +812,7 @@ LABEL_BINS = 10_000  # label histogram of the report: quantiles to 1e-4
 def _pass2(item: dict) -> dict:
     """Select, merge duplicates and write one unit's kept records; return what the report needs."""
     from .convert import _safe_part
-    from .features import operator_classes
+    from .features import dataset_operator_classes
     from .storage import write_parquet_atomic
 
     df = _read_unit(item["dataset"], item["shards"])
@@ -827,9 +828,7 @@ def _pass2(item: dict) -> dict:
         write_parquet_atomic(Path(item["stage"]) / rel, part.select(RECORD_SCHEMA.names).to_arrow().cast(RECORD_SCHEMA))
         outputs.append(rel)
     npz.unlink()
-    from .netinfo import dataset_task_descriptions
-
-    ops = operator_classes(df, dataset_task_descriptions(item["dataset"]))
+    ops = dataset_operator_classes(df, item["dataset"])
     before = df.group_by("hardware", "task_id").len().rename({"len": "before"})
     after = kept.group_by("hardware", "task_id").len().rename({"len": "after"})
     tasks = before.join(after, on=["hardware", "task_id"], how="left").fill_null(0).join(ops.select(
@@ -977,10 +976,10 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
             # the splits and tables made on an earlier prune of ``out`` stay only when this one keeps the same
             # records: a split of other records had rows of none of them, and training joined it without a word
             # (the prune audit: 229 of a split's 861 rows matched a re-prune at another ratio)
-            carry = _record_ids_digest(out, None) == _record_ids_digest(stage, outputs)
-            if CATALOG_NAME and carry:
+            carry = _record_ids_digest(out, None) == _record_ids_digest(stage, outputs) is not None
+            if CATALOG_NAME:
                 # the catalog's views depend on which tables exist: link the dataset's other tables in (no copy)
-                for sub in ("splits", "tables"):
+                for sub in ("splits", "tables") if carry else ():
                     for f in sorted((out / sub).rglob("*")) if (out / sub).is_dir() else []:
                         if f.is_file() and ".tmp-" not in f.name:
                             dst = stage / f.relative_to(out)

@@ -45,14 +45,12 @@ HP = {"gbdt": {"n_estimators": 200, "num_threads": 1}, "mlp": {"num_threads": 1}
 
 
 def _splits(ds: Path) -> list[tuple[str, str, dict]]:
-    from .features import operator_classes
+    from .features import dataset_operator_classes
     from .prune import load_records
 
     recs = load_records(ds, ["record_id", "hardware", "task_id", "workload_key", "workload_name", "source_file"])
     out = [("within_task", "within-task", {})]
-    from .netinfo import dataset_task_descriptions
-
-    ops = operator_classes(recs, dataset_task_descriptions(ds))
+    ops = dataset_operator_classes(recs, ds)
     counts = recs.join(ops, on="task_id").group_by("op_class").agg(pl.col("task_id").n_unique().alias("t")).filter(
         (pl.col("op_class") != "unknown") & (pl.col("t") >= 2)).sort(["t", "op_class"], descending=[True, False])
     if counts.height >= 2:

@@ -136,7 +136,7 @@ def make_split(records: pl.DataFrame, scheme: str, seed: int = 0, test_fraction:
         test = np.isin(oc, holdout)
         part[test] = "test"
         info["holdout"] = holdout
-        unknown = oc == "unknown"
+        unknown = (oc == "unknown") & ("unknown" not in holdout)
         # tasks of no known class train: one of them may be of a held-out class (a conv layer whose key names none)
         info["unknown_class_tasks"] = int(df.filter(pl.Series(unknown))["task_id"].n_unique())
         info["unknown_class_records"] = int(unknown.sum())
@@ -240,16 +240,14 @@ def check_split_name(dataset: Path | None, name: str, others: list[str] | None =
 
 def write_split(dataset: Path, name: str, scheme: str, **kw) -> dict:
     """Make a split of ``dataset`` and store it as ``splits/<name>.parquet`` (+ catalog view ``split_<name>``)."""
-    from .features import operator_classes
+    from .features import dataset_operator_classes
     from .storage import atomic_write_json, dataset_lock, remove_stale_tmp, write_parquet_atomic
 
     dataset = Path(dataset)
     check_split_name(dataset, name)
     check_split_args(scheme, **kw)
     recs, nets = load_dataset_tables(dataset)
-    from .netinfo import dataset_task_descriptions
-
-    ops = operator_classes(recs, dataset_task_descriptions(dataset)) if scheme == "operator" else None
+    ops = dataset_operator_classes(recs, dataset) if scheme == "operator" else None
     table, info = make_split(recs, scheme, networks=nets, op_classes=ops, **kw)
     with dataset_lock(dataset, what="curate splits make"):
         remove_stale_tmp(dataset)  # an interrupted splits make's temporary files (only a convert removed them)
@@ -309,7 +307,11 @@ def analyze(dataset: Path, name: str, out_dir: Path) -> Path:
     split = read_split(dataset, name)
     info = split_info(dataset, name)
     recs = with_labels(load_records(dataset)).join(split.select("record_id", "part"), on="record_id", how="inner")
-    recs = recs.with_columns(pl.col("steps").hash(seed=7).alias("prog"))
+    from .prune import schedule_keys
+
+    # a schedule as pruning's redundancy knows it (every field of every step, bookkeeping left out), whatever its task
+    # and hardware (the Spearman section matches one program across two machines)
+    recs = recs.with_columns(pl.Series("prog", schedule_keys(recs["steps"], np.zeros(recs.height, np.int64))))
     lines = [f"# Split `{name}` ({info.get('scheme', '?')})", "", "```", str({k: v for k, v in info.items()
                                                                              if k != "counts"}), "```", ""]
     lines += ["## Records and tasks per part", "", "| part | records | tasks | valid records |", "|---|---:|---:|---:|"]

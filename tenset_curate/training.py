@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from .features import FEATURE_VERSION, RowView, TaskCentredTokens, featurize, operator_classes, task_relative
+from .features import (FEATURE_VERSION, RowView, TaskCentredTokens, dataset_operator_classes, featurize,
+                       operator_classes, task_relative)
 from .labels import with_labels
 from .model import _KINDS, DEFAULT_EPOCHS, _task_groups
 from .prune import load_records, record_files
@@ -97,10 +98,7 @@ def task_operator_classes(files: list[Path], dataset: Path | None = None) -> pl.
     first = lf.group_by("task_id").agg(pl.col("record_id").min()).collect()["record_id"]
     rows = (lf.filter(pl.col("record_id").is_in(first.implode())).select("record_id", "task_id", *OPERATOR_INPUTS)
             .collect().sort("record_id"))
-    from .netinfo import dataset_task_descriptions
-
-    return operator_classes(rows, dataset_task_descriptions(dataset) if dataset else None).select("task_id",
-                                                                                                "op_class")
+    return dataset_operator_classes(rows, dataset).select("task_id", "op_class")
 
 
 def tasks_with(index: pl.DataFrame, parts: list[str]) -> pl.DataFrame:

@@ -343,7 +343,7 @@ def test_bom_only_on_the_first_line_and_blocks(tmp_path):
 def test_a_line_starting_with_a_space_is_a_comment_as_tvm_reads_it(tmp_path):
     """TVM's ``RecordReaderNode::ReadNext`` skips a line whose first byte is '#' or ' ' ("skip comment lines begin
     with '#' or ' '"), so TenSet's loaders never see such a line; both readers count it as a comment instead of
-    making it a row. A line led by a tab or a BOM-then-space is not one TVM skips: the tab line stays a record."""
+    making it a row. A line led by a tab is not one TVM skips: it stays a record."""
     s = _seed()
     data = assemble([s, b" " + s, b"  " + s, s, b"\t" + s, b" # note"], bom=True)
     p = tmp_path / "c.json"
