@@ -527,6 +527,7 @@ def test_info_counts_match_the_shards(real_ds):
     the failure rate of every (hardware, operator class) and the quarantine count."""
     from tenset_curate.dataset_info import dataset_info
     from tenset_curate.features import operator_classes
+    from tenset_curate.netinfo import dataset_task_descriptions
 
     out, s = real_ds
     info = dataset_info(out)
@@ -535,7 +536,10 @@ def test_info_counts_match_the_shards(real_ds):
     assert info["records"] == recs.height == s["totals"]["rows"]
     assert info["tasks"] == recs.select("hardware", "task_id").n_unique()
     assert info["quarantined"] == s["totals"]["quarantined"]
-    j = recs.join(operator_classes(recs), on="task_id", how="left")
+    # the classes with the networks table's task descriptions (the compute DAG's operations), as info gives them
+    desc = dataset_task_descriptions(out)
+    assert desc  # real_ds holds TenSet's network_info
+    j = recs.join(operator_classes(recs, desc), on="task_id", how="left")
     rows = {(r["hardware"], r["op_class"]): r for r in info["by_hardware_operator"]}
     assert sum(r["records"] for r in rows.values()) == recs.height
     for (hw, oc), g in j.group_by("hardware", "op_class"):
