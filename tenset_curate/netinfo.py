@@ -680,17 +680,26 @@ def dag_description(dag: Any) -> str | None:
 
 
 def dataset_task_descriptions(dataset: str | os.PathLike) -> dict[str, str]:
-    """workload_key -> task description, from a dataset's networks table (empty when it has none)."""
+    """workload_key -> task description, from a dataset's networks table (empty when it has none). Read once per
+    process for a given set of networks files (their names, sizes and mtimes): prune's pass 2 asks for it in every
+    unit, and a TenSet-sized prune has thousands of units."""
     files = sorted((Path(dataset) / "networks").glob("*.parquet"))
-    out: dict[str, str] = {}
-    for f in files:
+    key = tuple((str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files)
+    if key not in _DESC_CACHE:
         import pyarrow.parquet as pq
 
-        t = pq.read_table(f, columns=["workload_key", "task_desc"])
-        for k, d in zip(t.column(0).to_pylist(), t.column(1).to_pylist()):
-            if d and k not in out:
-                out[k] = d
-    return out
+        out: dict[str, str] = {}
+        for f in files:
+            t = pq.read_table(f, columns=["workload_key", "task_desc"])
+            for k, d in zip(t.column(0).to_pylist(), t.column(1).to_pylist()):
+                if d and k not in out:
+                    out[k] = d
+        _DESC_CACHE.clear()  # one dataset's table at a time: a process rarely reads two
+        _DESC_CACHE[key] = out
+    return dict(_DESC_CACHE[key])
+
+
+_DESC_CACHE: dict[tuple, dict[str, str]] = {}
 
 
 def _task_row(task: Any, index: int, where: str, seen: dict | None = None) -> dict[str, Any]:
