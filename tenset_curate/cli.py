@@ -200,6 +200,9 @@ def prune(
     out: Path = typer.Option(..., "--out", "-o"),
     seed: int = typer.Option(0),
     min_keep: int = typer.Option(8, help="records every task keeps at least"),
+    split: Optional[str] = typer.Option(None, help="prune only this split's training part (the ratio is of that "
+                                        "part); its validation and test records stay, and the pruned dataset gets "
+                                        "the split, so models on both are scored on the same test records"),
     evaluate: bool = typer.Option(False, help="also train a proxy ranker on full vs pruned vs random data"),
     evaluate_seeds: int = typer.Option(1, help="--evaluate over this many seeds (seed, seed+1, ...; each its own "
                                        "test split): means and the paired differences with their sd"),
@@ -227,7 +230,8 @@ def prune(
             from .evaluate_prune import check_evaluation_memory
 
             check_evaluation_memory(dataset)
-        s = run(dataset, out, ratio, method, seed, min_keep, executor=executor, workers=workers, address=address)
+        s = run(dataset, out, ratio, method, seed, min_keep, executor=executor, workers=workers, address=address,
+                split=split)
     except (ValueError, FileNotFoundError, OutputError, MemoryError, WorkerLost) as e:
         _fail(str(e))
     if evaluate:
@@ -242,9 +246,11 @@ def prune(
     if json_out:
         _print_json(s)
     else:
-        typer.echo(f"{s['method']}: {s['records_before']} -> {s['records_after']} records "
-                   f"(removed {s['ratio_achieved']:.2%}, asked {ratio:.0%}) in {s['seconds']} s; report: "
-                   f"{Path(out) / 'prune_report.md'}")
+        sp = s.get("split")
+        what = (f"split {sp['name']}'s training part {sp['train_before']} -> {sp['train_after']} records, its other "
+                f"{sp['kept_whole']} kept" if sp else f"{s['records_before']} -> {s['records_after']} records")
+        typer.echo(f"{s['method']}: {what} (removed {s['ratio_achieved']:.2%}, asked {ratio:.0%}) in {s['seconds']} s;"
+                   f" report: {Path(out) / 'prune_report.md'}")
         if "warning" in s:
             typer.echo("warning: " + s["warning"], err=True)
         if evaluate:

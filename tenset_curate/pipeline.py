@@ -84,7 +84,7 @@ TABLE_KEYS = {
     "pipeline": {"name", "workdir", "steps"},
     "convert": {"inputs", "hardware", "workers"},
     "splits": {"split"},
-    "prune": {"ratio", "method", "seed", "min_keep", "workers"},
+    "prune": {"ratio", "method", "seed", "min_keep", "workers", "split"},
     "train": {"split", "seed", "max_per_task", "data", "memory_check", "models", "epochs", "device",
               "attention", "gbdt", "mlp"},  # the last three: a model's own hyperparameters
     "evaluate": {"split"},
@@ -142,6 +142,10 @@ def _check_values(cfg: dict, path: Path) -> None:
         pr = cfg.get("prune", {})
         refuse("[prune]", check_prune_args, pr.get("ratio", 0.45), pr.get("method", "hybrid"), pr.get("seed", 0),
                pr.get("min_keep", 8), pr.get("workers", 1))
+        if "split" in pr and "splits" in steps:
+            made = names if cfg.get("splits", {}).get("split") else ["within_task"]  # the splits step's default
+            if pr["split"] not in made:
+                raise PipelineError(f"{path}: [prune] split {pr['split']!r}: the splits step makes {made}")
     if "train" in steps:
         kinds = t.get("models", ["gbdt", "attention"])
         bad = [k for k in kinds if k not in M._KINDS]
@@ -487,7 +491,7 @@ def step_prune(p: dict, workdir: Path, base: Path, workers: int, log, exe: dict)
 
     s = prune(workdir / "convert", _fresh(workdir / "prune"), float(p.get("ratio", 0.45)), p.get("method", "hybrid"),
               int(p.get("seed", 0)), int(p.get("min_keep", 8)), executor=exe["executor"],
-              workers=int(p.get("workers", workers)), address=exe["address"])
+              workers=int(p.get("workers", workers)), address=exe["address"], split=p.get("split"))
     return {"rows_in": s["records_before"], "rows_out": s["records_after"],
             "summary": f"{s['method']} removed {s['ratio_achieved']:.2%}"}
 

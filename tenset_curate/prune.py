@@ -797,13 +797,29 @@ def _read_unit(dataset: str, shards: list[str], columns: list[str] | None = None
     return with_labels(df.sort(["hardware", "task_id", "record_id"]))
 
 
+def split_training_rows(dataset: str | Path, split: str | None, df: pl.DataFrame) -> np.ndarray | None:
+    """Which rows of ``df`` are in the training part of the dataset's split ``split`` (None: no split, every row is
+    pruned). A prune with a split selects among these alone; the split's validation and test records, and records
+    the split leaves out, are kept as they are."""
+    if split is None:
+        return None
+    sp = (pl.scan_parquet(Path(dataset) / "splits" / f"{split}.parquet").select("record_id", "part")
+          .filter(pl.col("record_id").is_in(df["record_id"].unique().implode())).collect().unique("record_id"))
+    part = df.select("record_id").join(sp, on="record_id", how="left", maintain_order="left")["part"]
+    return (part == "train").fill_null(False).to_numpy()
+
+
 def _pass1(item: dict) -> dict:
     """Prepare one unit: selection arrays go to ``stage/units/<id>.npz``; the pool counts come back."""
     df = _read_unit(item["dataset"], item["shards"], LIGHT_COLUMNS if item["method"] == "random" else None)
+    tr = split_training_rows(item["dataset"], item.get("split"), df)
+    whole = 0 if tr is None else int((~tr).sum())
+    if tr is not None:
+        df = df.filter(pl.Series(tr))
     unit = prepare_unit(df, item["method"], item["seed"])
     np.savez(Path(item["stage"]) / "units" / f"{item['id']:05d}.npz", **unit["arrays"])
     return {"id": item["id"], "group_keys": unit["group_keys"], "counts": pool_counts(unit).tolist(),
-            "records": df.height, "info": unit["info"]}
+            "records": df.height, "kept_whole": whole, "info": unit["info"]}
 
 
 LABEL_BINS = 10_000  # label histogram of the report: quantiles to 1e-4
@@ -820,8 +836,14 @@ def _pass2(item: dict) -> dict:
     with np.load(npz, allow_pickle=False) as z:
         arrays = {k: z[k] for k in z.files}
     unit = {"arrays": arrays, "group_keys": [tuple(k) for k in item["group_keys"]]}
+    tr = split_training_rows(item["dataset"], item.get("split"), df)
+    pool = df if tr is None else df.filter(pl.Series(tr))
     keep = select_unit(unit, np.asarray(item["alloc"], np.int64), item["method"], item["seed"])
-    kept = merge_duplicates(df, keep, arrays.get("merge_keys")).sort(["hardware", "task_id", "record_id"])
+    kept = merge_duplicates(pool, keep, arrays.get("merge_keys"))
+    kept_pool = kept.height
+    if tr is not None:  # the split's other records stay as they are (duplicates merge within the training part only)
+        kept = pl.concat([kept, df.filter(~pl.Series(tr))], how="vertical_relaxed")
+    kept = kept.sort(["hardware", "task_id", "record_id"])
     outputs = []
     for (hw,), part in kept.group_by("hardware", maintain_order=True):
         rel = f"records/hardware={_safe_part(hw)}/part-{item['id']:05d}.parquet"
@@ -835,7 +857,7 @@ def _pass2(item: dict) -> dict:
         "task_id", "op_class"), on="task_id", how="left")
     edges = np.linspace(0.0, 1.0, LABEL_BINS + 1)
     hist = lambda d: np.histogram(d.filter(pl.col("is_valid"))["label"].to_numpy(), edges)[0].tolist()  # noqa
-    return {"id": item["id"], "outputs": outputs, "after": kept.height, "tasks": tasks.to_dicts(),
+    return {"id": item["id"], "outputs": outputs, "after": kept_pool, "after_all": kept.height, "tasks": tasks.to_dicts(),
             "hist_before": hist(df), "hist_after": hist(with_labels(kept)), **best_cost_moves(df, kept)}
 
 
@@ -877,14 +899,21 @@ def _check_out(dataset: Path, out: Path) -> None:
 
 def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: int = 0, min_keep: int = 8,
           report: bool = True, executor: str = "local", workers: int = 1, address: str | None = None,
-          unit_records: int = UNIT_RECORDS) -> dict:
+          unit_records: int = UNIT_RECORDS, split: str | None = None) -> dict:
     """Prune ``dataset`` into a new dataset at ``out`` (same schema, own manifest, catalog and report).
 
     Streams: the dataset is cut into units of whole tasks (``plan_units``); pass 1 prepares each unit (features,
     duplicate keys, pool counts), the kept budget is allocated across all tasks from the counts alone
     (``global_allocation``), pass 2 selects and writes each unit's kept records as one shard per hardware. Memory is
     bounded by the largest unit, not the dataset, and the units run on any executor (``executors.map_unordered``:
-    local processes or Ray) with byte-identical output, since every task draws from its own random stream."""
+    local processes or Ray) with byte-identical output, since every task draws from its own random stream.
+
+    ``split``: prune only the training part of the dataset's split of that name (``ratio`` is then the fraction of
+    that part removed); its validation and test records, and records it leaves out, are kept as they are, and the
+    pruned dataset gets the split restricted to its records. A model trained there is then scored on exactly the
+    test records of the source's split (``curate evaluate MODEL PRUNED --split NAME``), as one trained on the
+    source: the comparison ``--evaluate`` makes, with the product's own commands. A split made on the pruned
+    dataset itself draws its test records from the kept ones."""
     from .executors import map_unordered, process_pool, resolve_executor
     from .storage import _explain, atomic_write_json, atomic_write_text, dataset_lock, remove_stale_tmp
 
@@ -893,6 +922,11 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
     t0 = time.perf_counter()
     dataset, out = Path(dataset), Path(out)
     _check_out(dataset, out)
+    if split is not None:
+        from .splits import check_split_name, read_split
+
+        check_split_name(None, split)
+        read_split(dataset, split)  # FileNotFoundError naming the split (or the dataset) before any work
     units = plan_units(dataset, unit_records)
     workers = max(1, min(int(workers), len(units)))  # no pool for a single unit
     with dataset_lock(out, what="curate prune"):
@@ -905,7 +939,7 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
         shutil.rmtree(stage, ignore_errors=True)
         try:
             (stage / "units").mkdir(parents=True)
-            common = {"dataset": str(dataset), "stage": str(stage), "method": method, "seed": seed}
+            common = {"dataset": str(dataset), "stage": str(stage), "method": method, "seed": seed, "split": split}
             items = [{**common, **u} for u in units]
             cost = lambda it: it["records"]  # noqa: E731
             with process_pool(executor, workers) as pool:  # one set of workers for both passes
@@ -930,6 +964,7 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
             outputs = [rel for r in second for rel in r["outputs"]]
             kept_n = sum(r["after"] for r in second)
             achieved = 1 - kept_n / n if n else 0.0
+            whole = sum(r["kept_whole"] for r in first)  # with a split: its records outside the training part
             info: dict = {}
             for r in first:
                 for k, v in r["info"].items():
@@ -942,9 +977,11 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
             summary = {
                 "source": str(dataset), "method": method, "ratio_requested": ratio,
                 "ratio_achieved": round(achieved, 6), "seed": seed, "min_keep": min_keep,
-                "records_before": n, "records_after": kept_n, "units": len(units),
+                "records_before": n + whole, "records_after": kept_n + whole, "units": len(units),
                 "seconds": round(time.perf_counter() - t0, 3), **info, "outputs": outputs,
             }
+            if split is not None:
+                summary["split"] = {"name": split, "train_before": n, "train_after": kept_n, "kept_whole": whole}
             summary["per_hardware"] = tasks.group_by("hardware").agg(pl.col("before").sum(), pl.col(
                 "after").sum()).sort("hardware").to_dicts()
             warning = ratio_warning(ratio, achieved, min_keep, info.get("duplicates", 0), n)
@@ -965,9 +1002,11 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
                     (stage / sub).mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(f, stage / sub / f.name)
                     files.append(f"{sub}/{f.name}")
+            if split is not None:
+                files += _restricted_split(dataset, split, stage, outputs, summary)
             atomic_write_json(stage / "manifest.json", {"pruned_from": str(dataset), "prune": {
-                k: summary[k] for k in ("method", "ratio_requested", "ratio_achieved", "seed", "min_keep")},
-                "inputs": {}})
+                k: summary[k] for k in ("method", "ratio_requested", "ratio_achieved", "seed", "min_keep", "split")
+                if k in summary}, "inputs": {}})
             files.append("manifest.json")
             try:
                 from .catalog import CATALOG_NAME, build_catalog
@@ -983,6 +1022,8 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
                     for f in sorted((out / sub).rglob("*")) if (out / sub).is_dir() else []:
                         if f.is_file() and ".tmp-" not in f.name:
                             dst = stage / f.relative_to(out)
+                            if dst.exists():  # this prune's own copy of the split it pruned
+                                continue
                             dst.parent.mkdir(parents=True, exist_ok=True)
                             os.link(f, dst)
                 build_catalog(stage)  # views hold relative paths: the file is valid once moved into out
@@ -991,6 +1032,9 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
             # replaced last, once the files of an earlier prune that this one does not make are gone. A kill in
             # between leaves a dataset readers refuse (storage.named_shards), never one that mixes two prunings
             atomic_write_json(out / "manifest.json", {"pruned_from": str(dataset), "incomplete": True, "inputs": {}})
+            if not carry:
+                for sub in ("splits", "tables"):
+                    shutil.rmtree(out / sub, ignore_errors=True)
             for rel in files:
                 if rel != "manifest.json":
                     (out / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -999,15 +1043,37 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
                                                                for q in (out / sub).glob("*.parquet"))]:
                 if p.relative_to(out).as_posix() not in files:
                     p.unlink()
-            if not carry:
-                for sub in ("splits", "tables"):
-                    shutil.rmtree(out / sub, ignore_errors=True)
             os.replace(stage / "manifest.json", out / "manifest.json")
         except OSError as e:
             raise _explain(e, out) from e
         finally:
             shutil.rmtree(stage, ignore_errors=True)
     return summary
+
+
+def _restricted_split(dataset: Path, split: str, stage: Path, outputs: list[str], summary: dict) -> list[str]:
+    """The source's split ``split`` restricted to the kept records, staged as ``splits/<split>.parquet`` (its record
+    in the footer, as ``splits.write_split`` stores it, saying how it was pruned) and ``.json``."""
+    import json
+
+    from .splits import SPLIT_INFO_KEY, split_info
+    from .storage import file_sha256, write_parquet_atomic
+
+    src = dataset / "splits" / f"{split}.parquet"
+    sp = pl.read_parquet(src)
+    if outputs:
+        ids = pl.scan_parquet([str(stage / rel) for rel in outputs]).select("record_id").unique().collect()
+        sp = sp.join(ids, on="record_id", how="semi", maintain_order="left")
+    else:
+        sp = sp.head(0)
+    info = split_info(dataset, split)
+    info["counts"] = dict(sorted(sp.group_by("part").len().iter_rows()))
+    info["pruned"] = {"from": str(dataset), "split_sha256": file_sha256(src), "method": summary["method"],
+                      "ratio": summary["ratio_requested"], "seed": summary["seed"], "part": "train"}
+    write_parquet_atomic(stage / "splits" / f"{split}.parquet", sp.to_arrow(),
+                         metadata={SPLIT_INFO_KEY: json.dumps(info, sort_keys=True)})
+    (stage / "splits" / f"{split}.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
+    return [f"splits/{split}.parquet", f"splits/{split}.json"]
 
 
 def ratio_warning(ratio: float, achieved: float, min_keep: int, duplicates: int, n: int) -> str | None:
@@ -1062,8 +1128,13 @@ def prune_report(tasks: pl.DataFrame, hist: dict, summary: dict) -> str:
     """Markdown report from per-task counts (hardware, task_id, op_class, before, after) and label histograms."""
     lines = [f"# Pruning report: {summary['method']}, ratio {summary['ratio_requested']}", "",
              f"- records: {summary['records_before']} -> {summary['records_after']} "
-             f"(removed {summary['ratio_achieved']:.2%}); seed {summary['seed']}; {summary['seconds']} s; "
-             f"{summary['units']} unit(s) of whole tasks"] + ([f"- warning: {summary['warning']}"]
+             f"(removed {summary['ratio_achieved']:.2%}{' of the training part' if summary.get('split') else ''}); "
+             f"seed {summary['seed']}; {summary['seconds']} s; "
+             f"{summary['units']} unit(s) of whole tasks"] + ([
+        f"- split {summary['split']['name']}: its training part pruned, {summary['split']['train_before']} -> "
+        f"{summary['split']['train_after']} records (the ratio is of this part); its other "
+        f"{summary['split']['kept_whole']} records (validation, test, left out) kept as they are"]
+        if summary.get("split") else []) + ([f"- warning: {summary['warning']}"]
                                                               if summary.get("warning") else []) + (
         [f"- {summary['best_cost_moved_tasks']} task(s) have another best mean cost (label scale) than before, by up "
          f"to {summary['best_cost_moved_max']:.2%}: re-measurements of the same schedule merged into the kept record "

@@ -233,6 +233,7 @@ def test_values_a_step_refuses_fail_the_dry_run_and_name_the_file(project):
               r"the split 'x-y' already has its SQL view split_x_y"),
              (['prune.method="kmeans"'], r"\[prune\]: unknown method 'kmeans'"),
              (["prune.ratio=1.2"], r"\[prune\]: ratio 1.2: the fraction removed"),
+             (['prune.split="nope"'], r"\[prune\] split 'nope': the splits step makes \['within_task'\]"),
              (['train.models=["xgb"]'], r"\[train\] models \['xgb'\]"),
              (['train.device="cuda"'], r"gbdt \(LightGBM\) trains on the CPU"),
              (["train.epochs=0"], r"\[train\] epochs 0"),
@@ -290,3 +291,23 @@ def test_the_convert_step_owns_its_dataset(project):
     from tenset_curate.prune import load_records
 
     assert set(load_records(project / "runs" / "t" / "convert", ["format"])["format"]) == {"metaschedule"}
+
+
+def test_the_prune_step_can_prune_a_splits_training_part_alone(project):
+    """``[prune] split = NAME`` (``curate prune --split``): the prune step removes the ratio from the split's training
+    records only; the validation and test records all stay, and the pruned dataset carries the split."""
+    import polars as pl
+
+    from tenset_curate.prune import load_records
+    from tenset_curate.splits import read_split
+
+    run(project / "p.toml", cwd=project, overrides=['prune.split="within_task"'])
+    w = project / "runs" / "t"
+    src, got = read_split(w / "convert", "within_task"), read_split(w / "prune", "within_task")
+    assert got.filter(pl.col("part") != "train").equals(src.filter(pl.col("part") != "train"))
+    pj = json.loads((w / "prune" / "prune.json").read_text())
+    n_train = int((src["part"] == "train").sum())
+    assert pj["split"]["train_before"] == n_train and abs(pj["ratio_achieved"] - 0.45) <= 0.01
+    assert load_records(w / "prune", ["record_id"]).height == pj["records_after"] < pj["records_before"]
+    m = json.loads((w / "evaluate" / "metrics.json").read_text())
+    assert m["gbdt-pruned"]["n_records"] == m["gbdt-full"]["n_records"] > 0

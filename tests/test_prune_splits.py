@@ -912,3 +912,61 @@ def test_evaluate_warns_when_tasks_have_one_scored_record(pooling, tmp_path):
     assert r.exit_code == 0 and f"warning: {n} of {n} tasks have one scored record" in r.output, r.output
     r = CliRunner().invoke(app, ["evaluate", str(tmp_path / "m"), str(ds), "--split", "w"])
     assert r.exit_code == 0 and "one scored record" not in r.output
+
+
+def test_a_prune_of_a_splits_training_part_keeps_its_other_records_and_the_split(pooling, tmp_path):
+    """`curate prune --split NAME`: only the split's training records are pruned (the ratio is of them); its
+    validation and test records stay exactly as they were (duplicates merge within the training part only, so no
+    kept test record takes another record's costs), and the pruned dataset holds the split restricted to its records.
+    A model trained there is scored on the same test records as on the source. A split made on a pruned dataset
+    drew its test part from the kept records (the splits audit)."""
+    from typer.testing import CliRunner
+
+    from tenset_curate.cli import app
+    from tenset_curate.training import evaluate_model, train_model
+
+    ds = tmp_path / "ds"
+    shutil.copytree(pooling, ds)
+    write_split(ds, "wt", "within-task", seed=3)
+    src = read_split(ds, "wt").select("record_id", "part")
+    rows = load_records(ds, ["record_id", "costs"]).join(src, on="record_id", how="left")
+    n_train = int((rows["part"] == "train").sum())
+    out = tmp_path / "p"
+    s = prune(ds, out, 0.7, "hybrid", seed=0, split="wt")
+    assert s["split"] == {"name": "wt", "train_before": n_train, "train_after": s["split"]["train_after"],
+                          "kept_whole": rows.height - n_train}
+    assert s["duplicates"] > 0  # the re-measured file: merging happened, in the training part
+    assert abs(s["ratio_achieved"] - 0.7) <= 0.01
+    assert abs(s["split"]["train_after"] / n_train - 0.3) <= 0.01
+    kept = load_records(out, ["record_id", "costs"]).join(src, on="record_id", how="left")
+    assert kept.height == s["records_after"] == s["split"]["train_after"] + s["split"]["kept_whole"]
+    other = lambda d: d.filter(pl.col("part") != "train").sort("record_id", "costs")  # noqa: E731
+    assert other(kept).equals(other(rows))  # every validation / test record, costs untouched
+    got = read_split(out, "wt")
+    assert got.filter(pl.col("part") != "train").equals(read_split(ds, "wt").filter(pl.col("part") != "train"))
+    assert set(got.filter(pl.col("part") == "train")["record_id"]) == set(
+        kept.filter(pl.col("part") == "train")["record_id"])
+    info = json.loads((out / "splits" / "wt.json").read_text())
+    assert info["pruned"]["method"] == "hybrid" and info["counts"]["test"] == int((src["part"] == "test").sum())
+    assert "split wt: its training part pruned" in (out / "prune_report.md").read_text()
+
+    train_model(out, "wt", "gbdt", tmp_path / "m", progress=False, n_estimators=20)
+    on_pruned, on_source = evaluate_model(tmp_path / "m", out, "wt"), evaluate_model(tmp_path / "m", ds, "wt")
+    assert on_pruned["n_records"] == on_source["n_records"] > 0
+    assert on_pruned["n_tasks"] == on_source["n_tasks"]
+
+    # a re-prune keeps a user's other split only where the records are the same; its own split is made again
+    write_split(out, "mine", "within-task", seed=1)
+    prune(ds, out, 0.7, "hybrid", seed=0, split="wt")
+    assert (out / "splits" / "mine.parquet").is_file() and read_split(out, "wt").equals(got)
+    s2 = prune(ds, out, 0.45, "hybrid", seed=0, split="wt")
+    assert not (out / "splits" / "mine.parquet").exists()
+    assert int((read_split(out, "wt")["part"] == "train").sum()) == s2["split"]["train_after"] > s["split"][
+        "train_after"]
+
+    with pytest.raises(FileNotFoundError, match="no such split"):
+        prune(ds, tmp_path / "q", 0.5, split="nope")
+    r = CliRunner().invoke(app, ["prune", str(ds), "--ratio", "0.5", "--split", "nope", "--out", str(tmp_path / "q")])
+    assert r.exit_code == 2 and "no such split" in r.output and not (tmp_path / "q").exists()
+    r = CliRunner().invoke(app, ["prune", str(ds), "--ratio", "0.5", "--split", "wt", "--out", str(tmp_path / "c")])
+    assert r.exit_code == 0 and f"split wt's training part {n_train} -> " in r.output, r.output
