@@ -738,7 +738,7 @@ def plan_units(dataset: Path, unit_records: int = UNIT_RECORDS) -> list[dict]:
         return i
 
     owner: dict[tuple[str, str], int] = {}
-    rows, first = [], []
+    rows, first, tasks = [], [], []
     for i, f in enumerate(shards):
         md = pq.ParquetFile(f).metadata
         rows.append(md.num_rows)
@@ -746,6 +746,7 @@ def plan_units(dataset: Path, unit_records: int = UNIT_RECORDS) -> list[dict]:
         if ks is None:
             t = pl.from_arrow(pq.read_table(f, columns=["hardware", "task_id"]))
             ks = t.unique().sort(["hardware", "task_id"]).rows()
+        tasks.append(ks)
         first.append(ks[0] if ks else ("", ""))
         for k in ks:
             j = owner.setdefault(k, i)
@@ -753,20 +754,42 @@ def plan_units(dataset: Path, unit_records: int = UNIT_RECORDS) -> list[dict]:
                 parent[find(i)] = find(j)
     comps: dict[int, dict] = {}
     for i, f in enumerate(shards):
-        c = comps.setdefault(find(i), {"shards": [], "records": 0, "first": first[i]})
+        c = comps.setdefault(find(i), {"shards": [], "records": 0, "first": first[i], "tasks": set()})
         c["shards"].append(f.relative_to(root).as_posix())
         c["records"] += rows[i]
         c["first"] = min(c["first"], first[i])
+        c["tasks"].update(tasks[i])
     units: list[dict] = []
     for c in sorted(comps.values(), key=lambda c: (c["first"], c["shards"])):
         if units and units[-1]["records"] + c["records"] <= unit_records:
             units[-1]["shards"] += c["shards"]
             units[-1]["records"] += c["records"]
+            units[-1]["tasks"] |= c["tasks"]
         else:
-            units.append({"shards": list(c["shards"]), "records": c["records"]})
+            units.append({"shards": list(c["shards"]), "records": c["records"], "tasks": set(c["tasks"])})
     for i, u in enumerate(units):
         u["id"] = i
+        u["tasks"] = sorted(u["tasks"])  # the unit's (hardware, task_id)s
     return units
+
+
+def _stage_split_by_unit(dataset: Path, split: str, units: list[dict], stage: Path) -> None:
+    """The record ids of the split's training part, one file per unit (``stage/split/<id>.parquet``), read from the
+    split in one pass (each unit scanning the whole split file cost units x split records). Holds the training
+    part's (unit, record id) pairs in memory once: about 20 bytes a record."""
+    from .storage import write_parquet_atomic
+
+    owner = pl.DataFrame([(h, t, u["id"]) for u in units for h, t in u["tasks"]],
+                         schema={"hardware": pl.Utf8, "task_id": pl.Utf8, "unit": pl.Int64}, orient="row")
+    train = (pl.scan_parquet(dataset / "splits" / f"{split}.parquet").filter(pl.col("part") == "train")
+             .select("hardware", "task_id", "record_id").join(owner.lazy(), on=["hardware", "task_id"])
+             .select("unit", "record_id").collect().sort("unit", "record_id"))
+    (stage / "split").mkdir(parents=True, exist_ok=True)
+    u = train["unit"].to_numpy()
+    bounds = np.flatnonzero(np.diff(u, prepend=-1, append=-2))
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        write_parquet_atomic(stage / "split" / f"{int(u[a]):05d}.parquet", train.slice(a, b - a).select(
+            "record_id").to_arrow())
 
 
 LIGHT_COLUMNS = ["hardware", "task_id", "record_id", "is_valid", "mean_cost", "costs"]  # what random's pass 1 reads
@@ -797,22 +820,21 @@ def _read_unit(dataset: str, shards: list[str], columns: list[str] | None = None
     return with_labels(df.sort(["hardware", "task_id", "record_id"]))
 
 
-def split_training_rows(dataset: str | Path, split: str | None, df: pl.DataFrame) -> np.ndarray | None:
-    """Which rows of ``df`` are in the training part of the dataset's split ``split`` (None: no split, every row is
-    pruned). A prune with a split selects among these alone; the split's validation and test records, and records
-    the split leaves out, are kept as they are."""
-    if split is None:
+def _split_training_rows(item: dict, df: pl.DataFrame) -> np.ndarray | None:
+    """Which rows of a unit's ``df`` are in the training part of the split the prune was given (None: no split,
+    every row is pruned), from the unit's file of ``_stage_split_by_unit``. A prune with a split selects among these
+    alone; the split's validation and test records, and records the split leaves out, are kept as they are."""
+    if item.get("split") is None:
         return None
-    sp = (pl.scan_parquet(Path(dataset) / "splits" / f"{split}.parquet").select("record_id", "part")
-          .filter(pl.col("record_id").is_in(df["record_id"].unique().implode())).collect().unique("record_id"))
-    part = df.select("record_id").join(sp, on="record_id", how="left", maintain_order="left")["part"]
-    return (part == "train").fill_null(False).to_numpy()
+    f = Path(item["stage"]) / "split" / f"{item['id']:05d}.parquet"
+    ids = pl.read_parquet(f)["record_id"] if f.exists() else pl.Series("record_id", [], pl.Utf8)
+    return df["record_id"].is_in(ids.implode()).to_numpy()
 
 
 def _pass1(item: dict) -> dict:
     """Prepare one unit: selection arrays go to ``stage/units/<id>.npz``; the pool counts come back."""
     df = _read_unit(item["dataset"], item["shards"], LIGHT_COLUMNS if item["method"] == "random" else None)
-    tr = split_training_rows(item["dataset"], item.get("split"), df)
+    tr = _split_training_rows(item, df)
     whole = 0 if tr is None else int((~tr).sum())
     if tr is not None:
         df = df.filter(pl.Series(tr))
@@ -836,7 +858,7 @@ def _pass2(item: dict) -> dict:
     with np.load(npz, allow_pickle=False) as z:
         arrays = {k: z[k] for k in z.files}
     unit = {"arrays": arrays, "group_keys": [tuple(k) for k in item["group_keys"]]}
-    tr = split_training_rows(item["dataset"], item.get("split"), df)
+    tr = _split_training_rows(item, df)
     pool = df if tr is None else df.filter(pl.Series(tr))
     keep = select_unit(unit, np.asarray(item["alloc"], np.int64), item["method"], item["seed"])
     kept = merge_duplicates(pool, keep, arrays.get("merge_keys"))
@@ -939,6 +961,8 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
         shutil.rmtree(stage, ignore_errors=True)
         try:
             (stage / "units").mkdir(parents=True)
+            if split is not None:
+                _stage_split_by_unit(dataset, split, units, stage)
             common = {"dataset": str(dataset), "stage": str(stage), "method": method, "seed": seed, "split": split}
             items = [{**common, **u} for u in units]
             cost = lambda it: it["records"]  # noqa: E731

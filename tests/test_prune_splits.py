@@ -946,6 +946,8 @@ def test_a_prune_of_a_splits_training_part_keeps_its_other_records_and_the_split
     assert got.filter(pl.col("part") != "train").equals(read_split(ds, "wt").filter(pl.col("part") != "train"))
     assert set(got.filter(pl.col("part") == "train")["record_id"]) == set(
         kept.filter(pl.col("part") == "train")["record_id"])
+    units = prune(ds, tmp_path / "units", 0.7, "hybrid", seed=0, split="wt", unit_records=2000)  # a unit a shard
+    assert units["units"] > 5 and read_split(tmp_path / "units", "wt").equals(got)
     info = json.loads((out / "splits" / "wt.json").read_text())
     assert info["pruned"]["method"] == "hybrid" and info["counts"]["test"] == int((src["part"] == "test").sum())
     assert "split wt: its training part pruned" in (out / "prune_report.md").read_text()
