@@ -193,7 +193,10 @@ selects each unit's records and writes one shard per unit. Every task draws from
 ``select`` (the same three steps on one in-memory frame, used by the evaluation) keeps the same records. Memory is
 that of one unit per worker. The one exception: ``importance`` trains its proxy per unit. The dataset's per-task
 tables (``SIDE_TABLES``: MetaSchedule workloads, network membership) are copied whole into the pruned dataset, so
-it answers the same splits as its source, network-wise included.
+it answers the same splits as its source, network-wise included. With a split (``prune(..., split=NAME)``, ``curate
+prune --split``) only the split's training records are pruned: the split's training ids are read once and handed to
+each unit (``_stage_split_by_unit``), the other records pass through both passes untouched, and the pruned dataset
+gets the split restricted to its records, so a model trained on it is scored on the source's test records.
 """
 from __future__ import annotations
 
