@@ -613,6 +613,51 @@ def test_kind_positions_move_only_the_primitive_that_lost_a_step(k80_mi50_datase
         AttentionRanker(epochs=1, num_threads=1, progress=False, positions="relative").fit(data)
 
 
+def test_step_dropout_leaves_out_whole_steps_and_recounts_their_kind_ids(k80_mi50_dataset, tmp_path):
+    """``step_dropout`` (attention, training only): each training record's real tokens are left out with the given
+    probability, at least one stays, the rest close up in their order with each step's centred token beside it,
+    padding stays zero, and the kind ids are recounted over what is left (a depthwise conv2d's sequence is a
+    conv2d's with one split fewer). Nothing changes at inference or without it; the same seed trains the same
+    model."""
+    import polars as pl
+
+    from tenset_curate.model import kind_positions
+    from tenset_curate.training import arrays
+
+    df = pl.read_parquet(str(k80_mi50_dataset / "records" / "**" / "*.parquet")).filter(
+        pl.col("hardware") == "roller-k80", pl.col("is_valid")).sort("record_id").head(400)
+    data = arrays(df.with_columns(label=pl.col("mean_cost").min().over("task_id") / pl.col("mean_cost"),
+                                  op_class=pl.lit("conv2d")))
+    p = 0.3
+    m = AttentionRanker(epochs=1, num_threads=1, progress=False, positions="kind", step_dropout=p).fit(data)
+    assert AttentionRanker(progress=False)._augment_rng("fit") is None  # default: no augmentation, same batches
+    feats = m._feature_arrays(data)
+    idx = np.arange(256)
+    tok, mask, flat, ids = (t.numpy() for t in m._net_inputs(feats, idx, "cpu"))
+    atok, amask, aflat, aids = (t.numpy() for t in m._train_inputs(feats, idx, "cpu", np.random.default_rng(0)))
+    np.testing.assert_array_equal(aflat, flat)
+    n_in, n_out = mask.sum(1), amask.sum(1)
+    assert (n_out >= 1).all() and (n_out <= n_in).all()
+    assert abs(1 - n_out.sum() / n_in.sum() - p) < 0.05  # about p of the steps left out
+    assert (amask[:, :-1] >= amask[:, 1:]).all()  # the kept tokens close up from the left
+    assert not atok[~amask].any()  # padding zero
+    for r in range(len(idx)):  # each row's kept tokens (raw and centred together) are its tokens, in order
+        src = [tuple(t) for t in tok[r][mask[r]]]
+        j = 0
+        for t in map(tuple, atok[r][amask[r]]):
+            while src[j] != t:
+                j += 1
+            j += 1
+    np.testing.assert_array_equal(aids, kind_positions(atok, amask))
+    assert (aids != ids[:, : aids.shape[1]]).any()  # later steps of a primitive moved down
+    ref = m.predict(data)
+    np.testing.assert_array_equal(load_model(m.save(tmp_path / "sd")).predict(data), ref)
+    again = AttentionRanker(epochs=1, num_threads=1, progress=False, positions="kind", step_dropout=p).fit(data)
+    np.testing.assert_array_equal(again.predict(data), ref)
+    plain = AttentionRanker(epochs=1, num_threads=1, progress=False, positions="kind").fit(data)
+    assert not np.array_equal(plain.predict(data), ref)
+
+
 def test_auto_positions_follow_the_operator_classes_the_model_trains_on(k80_mi50_dataset, tmp_path):
     """``positions="auto"`` (training.positions_for, the default of ``fit_on_frame``, ``curate train`` and the
     pipeline's train step): ``kind`` when most test records are of operator classes that do not train (an operator
