@@ -225,6 +225,10 @@ def prune(
 
     if evaluate_model not in EVAL_MODELS:
         _fail(f"--evaluate-model must be one of {', '.join(EVAL_MODELS)}, not {evaluate_model!r}")
+    if evaluate and split is not None:
+        _fail("--evaluate prunes the whole dataset again on within-task splits of its own, not split "
+              f"{split!r}: with --split, train and evaluate on the pruned dataset's split instead (curate train "
+              f"OUT --split {split}; curate evaluate MODEL OUT --split {split})")
     try:
         if evaluate:  # refused before pruning starts, not after it has run
             from .evaluate_prune import check_evaluation_memory

@@ -146,6 +146,10 @@ def _check_values(cfg: dict, path: Path) -> None:
             made = names if cfg.get("splits", {}).get("split") else ["within_task"]  # the splits step's default
             if pr["split"] not in made:
                 raise PipelineError(f"{path}: [prune] split {pr['split']!r}: the splits step makes {made}")
+        if "split" in pr and "pruned" in t.get("data", []) and t.get("split", "within_task") != pr["split"]:
+            raise PipelineError(f"{path}: [prune] split {pr['split']!r} but [train] split "
+                                f"{t.get('split', 'within_task')!r}: the pruned model would train on records the "
+                                "prune did not choose among (give both the same split)")
     if "train" in steps:
         kinds = t.get("models", ["gbdt", "attention"])
         bad = [k for k in kinds if k not in M._KINDS]

@@ -786,13 +786,16 @@ def _stage_split_by_unit(dataset: Path, split: str, units: list[dict], stage: Pa
                          schema={"hardware": pl.Utf8, "task_id": pl.Utf8, "unit": pl.Int64}, orient="row")
     train = (pl.scan_parquet(dataset / "splits" / f"{split}.parquet").filter(pl.col("part") == "train")
              .select("hardware", "task_id", "record_id").join(owner.lazy(), on=["hardware", "task_id"])
-             .select("unit", "record_id").collect().sort("unit", "record_id"))
+             .collect().sort("unit", "record_id"))
     (stage / "split").mkdir(parents=True, exist_ok=True)
     u = train["unit"].to_numpy()
     bounds = np.flatnonzero(np.diff(u, prepend=-1, append=-2))
     for a, b in zip(bounds[:-1], bounds[1:]):
         write_parquet_atomic(stage / "split" / f"{int(u[a]):05d}.parquet", train.slice(a, b - a).select(
-            "record_id").to_arrow())
+            SPLIT_KEYS).to_arrow())
+
+
+SPLIT_KEYS = ["record_id", "hardware", "task_id"]  # a split row names its record by all three, as a record's row
 
 
 LIGHT_COLUMNS = ["hardware", "task_id", "record_id", "is_valid", "mean_cost", "costs"]  # what random's pass 1 reads
@@ -830,8 +833,11 @@ def _split_training_rows(item: dict, df: pl.DataFrame) -> np.ndarray | None:
     if item.get("split") is None:
         return None
     f = Path(item["stage"]) / "split" / f"{item['id']:05d}.parquet"
-    ids = pl.read_parquet(f)["record_id"] if f.exists() else pl.Series("record_id", [], pl.Utf8)
-    return df["record_id"].is_in(ids.implode()).to_numpy()
+    if not f.exists():
+        return np.zeros(df.height, bool)
+    ids = pl.read_parquet(f).unique().with_columns(pl.lit(True).alias("_train"))
+    return df.select(SPLIT_KEYS).join(ids, on=SPLIT_KEYS, how="left", maintain_order="left")["_train"].fill_null(
+        False).to_numpy()
 
 
 def _pass1(item: dict) -> dict:
@@ -864,7 +870,10 @@ def _pass2(item: dict) -> dict:
     tr = _split_training_rows(item, df)
     pool = df if tr is None else df.filter(pl.Series(tr))
     keep = select_unit(unit, np.asarray(item["alloc"], np.int64), item["method"], item["seed"])
-    kept = merge_duplicates(pool, keep, arrays.get("merge_keys"))
+    # with a split, a duplicate set keeps its fastest member's own costs (no pooling): the task's best valid cost,
+    # the label scale of its held-out records, cannot move (pooled re-measurements of the best record moved the
+    # test labels of its task by up to 7%: the split audit)
+    kept = merge_duplicates(pool, keep, None if tr is not None else arrays.get("merge_keys"))
     kept_pool = kept.height
     if tr is not None:  # the split's other records stay as they are (duplicates merge within the training part only)
         kept = pl.concat([kept, df.filter(~pl.Series(tr))], how="vertical_relaxed")
@@ -974,6 +983,10 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
                                key=lambda r: r["id"])
                 keys = [tuple(k) for r in first for k in r["group_keys"]]
                 n = sum(r["records"] for r in first)
+                if split is not None and n == 0:
+                    raise ValueError(f"{dataset / 'splits' / (split + '.parquet')}: no record of the split's training "
+                                     f"part is a record of {dataset} (same record id, hardware and task): was the "
+                                     "split made on another dataset? Make it on this one with `curate splits make`")
                 alloc = global_allocation(keys, np.concatenate([np.asarray(r["counts"], np.int64) for r in first])
                                           if first else np.zeros(0, np.int64), int(round(n * (1 - ratio))),
                                           min_keep, allocation_power(method))
@@ -1036,7 +1049,7 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
                 if k in summary}, "inputs": {}})
             files.append("manifest.json")
             try:
-                from .catalog import CATALOG_NAME, build_catalog
+                from .catalog import CATALOG_NAME, build_catalog, sanitize_name
             except ImportError:
                 CATALOG_NAME = None
             # the splits and tables made on an earlier prune of ``out`` stay only when this one keeps the same
@@ -1049,8 +1062,9 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
                     for f in sorted((out / sub).rglob("*")) if (out / sub).is_dir() else []:
                         if f.is_file() and ".tmp-" not in f.name:
                             dst = stage / f.relative_to(out)
-                            if dst.exists():  # this prune's own copy of the split it pruned
-                                continue
+                            if dst.exists() or (split is not None and sub == "splits" and
+                                                sanitize_name(f.name.split(".")[0]) == sanitize_name(split)):
+                                continue  # this prune's own split replaces it (and any other that has its SQL view)
                             dst.parent.mkdir(parents=True, exist_ok=True)
                             os.link(f, dst)
                 build_catalog(stage)  # views hold relative paths: the file is valid once moved into out
@@ -1062,6 +1076,11 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
             if not carry:
                 for sub in ("splits", "tables"):
                     shutil.rmtree(out / sub, ignore_errors=True)
+            elif split is not None and CATALOG_NAME:  # a carried split with this split's SQL view goes (above)
+                for f in (out / "splits").glob("*") if (out / "splits").is_dir() else []:
+                    stem = f.name.split(".")[0]
+                    if stem != split and sanitize_name(stem) == sanitize_name(split):
+                        f.unlink()
             for rel in files:
                 if rel != "manifest.json":
                     (out / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -1095,7 +1114,7 @@ def _restricted_split(dataset: Path, split: str, stage: Path, outputs: list[str]
         sp = sp.head(0)
     info = split_info(dataset, split)
     info["counts"] = dict(sorted(sp.group_by("part").len().iter_rows()))
-    info["pruned"] = {"from": str(dataset), "split_sha256": file_sha256(src), "method": summary["method"],
+    info["pruned"] = {"from": str(dataset.resolve()), "split_sha256": file_sha256(src), "method": summary["method"],
                       "ratio": summary["ratio_requested"], "seed": summary["seed"], "part": "train"}
     write_parquet_atomic(stage / "splits" / f"{split}.parquet", sp.to_arrow(),
                          metadata={SPLIT_INFO_KEY: json.dumps(info, sort_keys=True)})

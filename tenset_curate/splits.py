@@ -291,7 +291,27 @@ def read_split(dataset: Path, name: str) -> pl.DataFrame:
         raise FileNotFoundError(f"{dataset}: not a dataset (no records/; make one with curate convert)")
     if not p.exists():
         raise FileNotFoundError(f"{p}: no such split (make it with `curate splits make`)")
+    check_split_file(p)
     return pl.read_parquet(p)
+
+
+SPLIT_COLUMNS = ("record_id", "hardware", "task_id", "part")
+
+
+def check_split_file(p: Path) -> None:
+    """Refuse a split file that is not a readable Parquet file with the split's columns, naming it (a truncated file
+    or one without ``part`` ended in a Polars traceback that named neither)."""
+    import pyarrow.parquet as pq
+
+    try:
+        names = pq.ParquetFile(p).schema_arrow.names
+    except Exception as e:  # noqa: BLE001 (pyarrow raises several kinds for a damaged file)
+        raise ValueError(f"{p}: not a readable split file ({type(e).__name__}: {e}); make it again with "
+                         "`curate splits make`") from None
+    missing = [c for c in SPLIT_COLUMNS if c not in names]
+    if missing:
+        raise ValueError(f"{p}: not a split file: it has no column {', '.join(missing)}; make it again with "
+                         "`curate splits make`")
 
 
 def analyze(dataset: Path, name: str, out_dir: Path) -> Path:

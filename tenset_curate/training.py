@@ -536,11 +536,18 @@ def score_part(models: dict, dataset: Path, split: str, part: str = "test",
 
 
 def split_identity(dataset: Path, split: str) -> dict:
-    """What names a split's assignment: the dataset's folder, the split's name and the sha256 of its file."""
+    """What names a split's assignment: the dataset's folder, the split's name and the sha256 of its file; for a
+    split that ``curate prune --split`` carried into a pruned dataset, also the source's folder and the sha256 its
+    split had then (``pruned_from``): a model trained there is scored on the source's test records."""
+    from .splits import split_info
     from .storage import file_sha256
 
-    return {"dataset": str(Path(dataset).resolve()), "split": split,
-            "split_sha256": file_sha256(Path(dataset) / "splits" / f"{split}.parquet")}
+    out = {"dataset": str(Path(dataset).resolve()), "split": split,
+           "split_sha256": file_sha256(Path(dataset) / "splits" / f"{split}.parquet")}
+    pruned = split_info(dataset, split).get("pruned")
+    if isinstance(pruned, dict) and pruned.get("from") and pruned.get("split_sha256"):
+        out["pruned_from"] = {"dataset": str(Path(pruned["from"]).resolve()), "split_sha256": pruned["split_sha256"]}
+    return out
 
 
 class SplitChanged(ValueError):
@@ -550,11 +557,18 @@ class SplitChanged(ValueError):
 def check_same_split(model, dataset: Path, split: str, model_dir) -> None:
     """Refuse to score a model on a split of its own training data's name that has been made again since it
     trained: a split re-made with another seed (or on other records) puts in its test part records the model
-    trained on, and the scores rose without a word (the splits audit: PCA 0.757 -> 0.862). A model trained on
-    another dataset or split is scored as asked."""
+    trained on, and the scores rose without a word (the splits audit: PCA 0.757 -> 0.862). The same for a model
+    trained on the split's pruned copy (``curate prune --split``) and scored on the source dataset. A model trained
+    on another dataset or split is scored as asked."""
     t = getattr(model, "trained_on", None)
-    if not t or t.get("split") != split or t.get("dataset") != str(Path(dataset).resolve()):
+    if not t or t.get("split") != split:
         return
+    here = str(Path(dataset).resolve())
+    if t.get("dataset") != here:
+        src = t.get("pruned_from") or {}  # trained on a pruned copy of this dataset's split (curate prune --split)
+        if src.get("dataset") != here:
+            return
+        t = {"split_sha256": src.get("split_sha256")}
     now = split_identity(dataset, split)["split_sha256"]
     if t.get("split_sha256") != now:
         raise SplitChanged(f"{model_dir} trained on split {split!r} of {dataset}, which has been made again since "

@@ -234,6 +234,8 @@ def test_values_a_step_refuses_fail_the_dry_run_and_name_the_file(project):
              (['prune.method="kmeans"'], r"\[prune\]: unknown method 'kmeans'"),
              (["prune.ratio=1.2"], r"\[prune\]: ratio 1.2: the fraction removed"),
              (['prune.split="nope"'], r"\[prune\] split 'nope': the splits step makes \['within_task'\]"),
+             (['splits.split=[{name="w", scheme="within-task"}, {name="v", scheme="within-task", seed=1}]',
+               'prune.split="w"', 'train.split="v"'], r"\[prune\] split 'w' but \[train\] split 'v'"),
              (['train.models=["xgb"]'], r"\[train\] models \['xgb'\]"),
              (['train.device="cuda"'], r"gbdt \(LightGBM\) trains on the CPU"),
              (["train.epochs=0"], r"\[train\] epochs 0"),

@@ -972,3 +972,84 @@ def test_a_prune_of_a_splits_training_part_keeps_its_other_records_and_the_split
     assert r.exit_code == 2 and "no such split" in r.output and not (tmp_path / "q").exists()
     r = CliRunner().invoke(app, ["prune", str(ds), "--ratio", "0.5", "--split", "wt", "--out", str(tmp_path / "c")])
     assert r.exit_code == 0 and f"split wt's training part {n_train} -> " in r.output, r.output
+
+
+def test_a_split_prune_keeps_held_out_labels_and_refuses_what_it_cannot_prune(tmp_path):
+    """The split audit (session 31) of `curate prune --split`, on the project's own CPU sample and real K80 logs:
+    held-out labels moved (pooled re-measurements of a task's best training record moved its test labels by up to
+    7%); a split of another dataset pruned nothing and exited 0; a record id under two hardware lost test records and
+    depended on the units; `--evaluate` ignored the split; a model trained on the pruned copy was scored on the
+    source after its split was made again; a damaged split file ended in a traceback; a carried split kept the SQL
+    view of the new one."""
+    from typer.testing import CliRunner
+
+    from tenset_curate.catalog import run_sql
+    from tenset_curate.cli import app
+    from tenset_curate.training import SplitChanged, evaluate_model, train_model
+
+    repo = Path(__file__).resolve().parents[1]
+    ds = tmp_path / "cpu"
+    convert([repo / "data" / "sample-cpu"], ds)
+    write_split(ds, "wts6", "within-task", seed=6)
+    src = read_split(ds, "wts6").select("record_id", "part")
+    s = prune(ds, tmp_path / "p", 0.5, "hybrid", seed=0, split="wts6")
+    assert s["duplicates"] > 0 and s["best_cost_moved_tasks"] == 0
+    held = lambda d: (with_labels(load_records(d)).join(src, on="record_id").filter(  # noqa: E731
+        pl.col("part") != "train").select("record_id", "label").unique().sort("record_id"))
+    before, after = held(ds), held(tmp_path / "p")
+    assert before.height == after.height > 0
+    np.testing.assert_array_equal(after["label"].to_numpy(), before["label"].to_numpy())
+
+    # a model trained on the pruned copy, scored on the source, is refused once the source's split is made again
+    train_model(tmp_path / "p", "wts6", "gbdt", tmp_path / "m", progress=False, n_estimators=10)
+    evaluate_model(tmp_path / "m", ds, "wts6")
+    write_split(ds, "wts6", "within-task", seed=1)
+    with pytest.raises(SplitChanged, match="made again since"):
+        evaluate_model(tmp_path / "m", ds, "wts6")
+
+    r = CliRunner().invoke(app, ["prune", str(ds), "--ratio", "0.5", "--split", "wts6", "--evaluate", "--out",
+                                 str(tmp_path / "e")])
+    assert r.exit_code == 2 and "--evaluate prunes the whole dataset again" in r.output
+
+    # a split of another dataset: refused, naming the split file
+    other = tmp_path / "k80"
+    logs = tmp_path / "logs" / "measure_records"
+    for hw in ("A", "B"):  # the same real log under two hardware: the same record ids twice
+        (logs / hw).mkdir(parents=True)
+        shutil.copy(sorted((REAL / "ansor" / "roller-k80" / "pooling").glob("*.gz"))[0], logs / hw)
+    convert([logs], other)
+    (other / "splits").mkdir(exist_ok=True)
+    shutil.copy(ds / "splits" / "wts6.parquet", other / "splits" / "foreign.parquet")
+    with pytest.raises(ValueError, match=r"foreign.parquet: no record of the split's training part .* another dataset"):
+        prune(other, tmp_path / "f", 0.5, split="foreign")
+
+    # a record id under two hardware: B's test records all stay, whatever the units
+    write_split(other, "ab", "hardware", train_hw=["A"], test_hw=["B"])
+    rows = load_records(other, ["record_id", "hardware", "task_id"])
+    n_b = rows.filter(pl.col("hardware") == "B").height
+    n_train = rows.join(read_split(other, "ab"), on=["record_id", "hardware", "task_id"]).filter(
+        pl.col("part") == "train").height
+    assert 0 < n_train < n_b
+    for u in (100_000, 400):
+        s = prune(other, tmp_path / f"ab{u}", 0.5, "hybrid", seed=0, split="ab", unit_records=u)
+        kept = load_records(tmp_path / f"ab{u}", ["hardware"])
+        assert kept.filter(pl.col("hardware") == "B").height == n_b
+        assert s["split"]["train_before"] == n_train  # A's training records, counted once
+    assert read_split(tmp_path / "ab400", "ab").equals(read_split(tmp_path / "ab100000", "ab"))
+
+    # a damaged split file: an error naming it
+    (other / "splits" / "bad.parquet").write_bytes(b"PAR1 not a parquet file")
+    for call in (lambda: read_split(other, "bad"), lambda: prune(other, tmp_path / "g", 0.5, split="bad")):
+        with pytest.raises(ValueError, match=r"bad.parquet: not a readable split file"):
+            call()
+    (other / "splits" / "bad.parquet").unlink()
+
+    # a re-prune with a split whose SQL view a carried split has: the carried one goes
+    out = tmp_path / "clash"
+    write_split(other, "x-y", "within-task")
+    prune(other, out, 0.0, "random", split="ab")
+    write_split(out, "x_y", "within-task", seed=2)
+    prune(other, out, 0.0, "random", split="x-y")
+    assert sorted(p.name for p in (out / "splits").glob("*.parquet")) == ["ab.parquet", "x-y.parquet"]
+    n = run_sql(out, "SELECT count(*) AS n FROM split_x_y", "arrow").to_pylist()[0]["n"]
+    assert n == read_split(out, "x-y").height
