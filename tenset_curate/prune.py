@@ -946,7 +946,9 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
     that part removed); its validation and test records, and records it leaves out, are kept as they are, and the
     pruned dataset gets the split restricted to its records. A model trained there is then scored on exactly the
     test records of the source's split (``curate evaluate MODEL PRUNED --split NAME``), as one trained on the
-    source: the comparison ``--evaluate`` makes, with the product's own commands. A split made on the pruned
+    source: the comparison ``--evaluate`` makes, with the product's own commands. Duplicates merge without pooling
+    their costs (each set keeps its fastest member as it was), so no task's best valid cost moves and every
+    held-out label stays as it was. Split rows match records by id, hardware and task. A split made on the pruned
     dataset itself draws its test records from the kept ones."""
     from .executors import map_unordered, process_pool, resolve_executor
     from .storage import _explain, atomic_write_json, atomic_write_text, dataset_lock, remove_stale_tmp
