@@ -255,8 +255,9 @@ def prune(
                 f"{sp['kept_whole']} kept" if sp else f"{s['records_before']} -> {s['records_after']} records")
         typer.echo(f"{s['method']}: {what} (removed {s['ratio_achieved']:.2%}, asked {ratio:.0%}) in {s['seconds']} s;"
                    f" report: {Path(out) / 'prune_report.md'}")
-        if "warning" in s:
-            typer.echo("warning: " + s["warning"], err=True)
+        for k in ("split_warning", "warning"):
+            if k in s:
+                typer.echo("warning: " + s[k], err=True)
         if evaluate:
             ev = s["evaluation"]
             who = "proxy ranker" if ev["model"] == "proxy" else f"{ev['model']} model"

@@ -148,7 +148,8 @@ Step dropout (``step_dropout``; attention only, 0 by default: off)
     the rest close up and the kind ids are recounted (``AttentionRanker._train_inputs``): the model sees step
     layouts with steps missing, as an operator it never trained on writes them. Measured with
     ``benchmarks/attention_loss.py --splits no_depthwise no_dense no_pooling --seeds 0 1 2 3 4 --hp
-    step_dropout=0.1`` (session 31; ``positions="kind"`` by the split rule), PCA / top-1 / top-5 against the default's
+    step_dropout=0.1`` (session 31, stopped after pooling's fourth seed; ``positions="kind"`` by the split rule),
+    PCA / top-1 / top-5 against the default's
     five seeds (reports/model_splits.md): depthwise held out 0.697 / 0.768 / 0.888 against 0.686 / 0.761 / 0.880
     (top-1 sd over seeds 0.017 against 0.037; four seeds of five 10 points over a random pick, against three);
     dense held out 0.627 / 0.727 / 0.924 against 0.623 / 0.736 / 0.918; pooling held out seeds 0-3 0.849 / 0.947 /
@@ -1368,6 +1369,8 @@ class AttentionRanker(_TorchRanker):
 
     def _augment_rng(self, phase: str) -> np.random.Generator | None:
         p = float(self.hparams.get("step_dropout") or 0.0)
+        if not 0.0 <= p < 1.0:
+            raise ValueError(f"step_dropout must be in [0, 1), not {p}")
         return np.random.default_rng([self.seed, 0x57E9, phase == "fit"]) if p > 0 else None
 
     def _train_inputs(self, arrays: dict, idx: np.ndarray, dev, aug_rng):

@@ -497,7 +497,8 @@ def step_prune(p: dict, workdir: Path, base: Path, workers: int, log, exe: dict)
               int(p.get("seed", 0)), int(p.get("min_keep", 8)), executor=exe["executor"],
               workers=int(p.get("workers", workers)), address=exe["address"], split=p.get("split"))
     return {"rows_in": s["records_before"], "rows_out": s["records_after"],
-            "summary": f"{s['method']} removed {s['ratio_achieved']:.2%}"}
+            "summary": f"{s['method']} removed {s['ratio_achieved']:.2%}"
+                       + (f" of split {s['split']['name']}'s training part" if s.get("split") else "")}
 
 
 def step_train(p: dict, workdir: Path, base: Path, workers: int, log, exe: dict) -> dict:
@@ -569,7 +570,10 @@ def step_report(p: dict, workdir: Path, base: Path, workers: int, log, exe: dict
         lines.append(f"| {k} | {v['pca']:.4f} | {v['top1']:.4f} | {v['top5']:.4f} |")
     if prune_info:
         lines += ["", f"Pruning: {prune_info['method']}, {prune_info['records_before']} -> "
-                      f"{prune_info['records_after']} records (removed {prune_info['ratio_achieved']:.2%})."]
+                      f"{prune_info['records_after']} records (removed {prune_info['ratio_achieved']:.2%}"
+                      + (f" of split {prune_info['split']['name']}'s training part, "
+                         f"{prune_info['split']['train_before']} -> {prune_info['split']['train_after']}"
+                         if prune_info.get("split") else "") + ")."]
     text = "\n".join(lines) + "\n"
     atomic_write_text(workdir / "report" / "report.md", text) if (workdir / "report").mkdir(
         parents=True, exist_ok=True) is None else None

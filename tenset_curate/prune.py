@@ -776,23 +776,27 @@ def plan_units(dataset: Path, unit_records: int = UNIT_RECORDS) -> list[dict]:
     return units
 
 
-def _stage_split_by_unit(dataset: Path, split: str, units: list[dict], stage: Path) -> None:
+def _stage_split_by_unit(dataset: Path, split: str, units: list[dict], stage: Path) -> int:
     """The record ids of the split's training part, one file per unit (``stage/split/<id>.parquet``), read from the
     split in one pass (each unit scanning the whole split file cost units x split records). Holds the training
-    part's (unit, record id) pairs in memory once: about 20 bytes a record."""
+    part's rows (record id, hardware, task, unit) in memory once, and a sorted copy: 50-75 bytes a row each.
+    Returns how many training rows the split has."""
     from .storage import write_parquet_atomic
 
     owner = pl.DataFrame([(h, t, u["id"]) for u in units for h, t in u["tasks"]],
                          schema={"hardware": pl.Utf8, "task_id": pl.Utf8, "unit": pl.Int64}, orient="row")
     train = (pl.scan_parquet(dataset / "splits" / f"{split}.parquet").filter(pl.col("part") == "train")
-             .select("hardware", "task_id", "record_id").join(owner.lazy(), on=["hardware", "task_id"])
-             .collect().sort("unit", "record_id"))
+             .select("hardware", "task_id", "record_id").join(owner.lazy(), on=["hardware", "task_id"], how="left")
+             .collect())
+    rows = train.height
+    train = train.filter(pl.col("unit").is_not_null()).sort("unit", "record_id")
     (stage / "split").mkdir(parents=True, exist_ok=True)
     u = train["unit"].to_numpy()
     bounds = np.flatnonzero(np.diff(u, prepend=-1, append=-2))
     for a, b in zip(bounds[:-1], bounds[1:]):
         write_parquet_atomic(stage / "split" / f"{int(u[a]):05d}.parquet", train.slice(a, b - a).select(
             SPLIT_KEYS).to_arrow())
+    return rows
 
 
 SPLIT_KEYS = ["record_id", "hardware", "task_id"]  # a split row names its record by all three, as a record's row
@@ -826,31 +830,34 @@ def _read_unit(dataset: str, shards: list[str], columns: list[str] | None = None
     return with_labels(df.sort(["hardware", "task_id", "record_id"]))
 
 
-def _split_training_rows(item: dict, df: pl.DataFrame) -> np.ndarray | None:
+def _split_training_rows(item: dict, df: pl.DataFrame) -> tuple[np.ndarray | None, int]:
     """Which rows of a unit's ``df`` are in the training part of the split the prune was given (None: no split,
-    every row is pruned), from the unit's file of ``_stage_split_by_unit``. A prune with a split selects among these
-    alone; the split's validation and test records, and records the split leaves out, are kept as they are."""
+    every row is pruned), from the unit's file of ``_stage_split_by_unit``, and how many of those staged training
+    rows name one of ``df``'s records (id, hardware and task). A prune with a split selects among these rows alone;
+    the split's validation and test records, and records the split leaves out, are kept as they are."""
     if item.get("split") is None:
-        return None
+        return None, 0
     f = Path(item["stage"]) / "split" / f"{item['id']:05d}.parquet"
     if not f.exists():
-        return np.zeros(df.height, bool)
-    ids = pl.read_parquet(f).unique().with_columns(pl.lit(True).alias("_train"))
-    return df.select(SPLIT_KEYS).join(ids, on=SPLIT_KEYS, how="left", maintain_order="left")["_train"].fill_null(
-        False).to_numpy()
+        return np.zeros(df.height, bool), 0
+    ids = pl.read_parquet(f).unique()
+    keys = df.select(SPLIT_KEYS)
+    matched = ids.join(keys.unique(), on=SPLIT_KEYS, how="semi").height
+    tr = keys.join(ids.with_columns(pl.lit(True).alias("_train")), on=SPLIT_KEYS, how="left", maintain_order="left")
+    return tr["_train"].fill_null(False).to_numpy(), matched
 
 
 def _pass1(item: dict) -> dict:
     """Prepare one unit: selection arrays go to ``stage/units/<id>.npz``; the pool counts come back."""
     df = _read_unit(item["dataset"], item["shards"], LIGHT_COLUMNS if item["method"] == "random" else None)
-    tr = _split_training_rows(item, df)
+    tr, matched = _split_training_rows(item, df)
     whole = 0 if tr is None else int((~tr).sum())
     if tr is not None:
         df = df.filter(pl.Series(tr))
     unit = prepare_unit(df, item["method"], item["seed"])
     np.savez(Path(item["stage"]) / "units" / f"{item['id']:05d}.npz", **unit["arrays"])
     return {"id": item["id"], "group_keys": unit["group_keys"], "counts": pool_counts(unit).tolist(),
-            "records": df.height, "kept_whole": whole, "info": unit["info"]}
+            "records": df.height, "kept_whole": whole, "split_matched": matched, "info": unit["info"]}
 
 
 LABEL_BINS = 10_000  # label histogram of the report: quantiles to 1e-4
@@ -867,7 +874,7 @@ def _pass2(item: dict) -> dict:
     with np.load(npz, allow_pickle=False) as z:
         arrays = {k: z[k] for k in z.files}
     unit = {"arrays": arrays, "group_keys": [tuple(k) for k in item["group_keys"]]}
-    tr = _split_training_rows(item, df)
+    tr = _split_training_rows(item, df)[0]
     pool = df if tr is None else df.filter(pl.Series(tr))
     keep = select_unit(unit, np.asarray(item["alloc"], np.int64), item["method"], item["seed"])
     # with a split, a duplicate set keeps its fastest member's own costs (no pooling): the task's best valid cost,
@@ -891,7 +898,7 @@ def _pass2(item: dict) -> dict:
         "task_id", "op_class"), on="task_id", how="left")
     edges = np.linspace(0.0, 1.0, LABEL_BINS + 1)
     hist = lambda d: np.histogram(d.filter(pl.col("is_valid"))["label"].to_numpy(), edges)[0].tolist()  # noqa
-    return {"id": item["id"], "outputs": outputs, "after": kept_pool, "after_all": kept.height, "tasks": tasks.to_dicts(),
+    return {"id": item["id"], "outputs": outputs, "after": kept_pool, "tasks": tasks.to_dicts(),
             "hist_before": hist(df), "hist_after": hist(with_labels(kept)), **best_cost_moves(df, kept)}
 
 
@@ -958,11 +965,19 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
     t0 = time.perf_counter()
     dataset, out = Path(dataset), Path(out)
     _check_out(dataset, out)
+    source = None
     if split is not None:
-        from .splits import check_split_name, read_split
+        from .splits import check_split_file, check_split_name, split_info
+        from .storage import file_sha256
 
         check_split_name(None, split)
-        read_split(dataset, split)  # FileNotFoundError naming the split (or the dataset) before any work
+        f = dataset / "splits" / f"{split}.parquet"
+        if not f.exists():
+            raise FileNotFoundError(f"{f}: no such split (make it with `curate splits make`)" if (
+                dataset / "records").is_dir() else f"{dataset}: not a dataset (no records/; make one with curate "
+                "convert)")
+        check_split_file(f)
+        source = {"sha256": file_sha256(f), "info": split_info(dataset, split)}
     units = plan_units(dataset, unit_records)
     workers = max(1, min(int(workers), len(units)))  # no pool for a single unit
     with dataset_lock(out, what="curate prune"):
@@ -975,8 +990,7 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
         shutil.rmtree(stage, ignore_errors=True)
         try:
             (stage / "units").mkdir(parents=True)
-            if split is not None:
-                _stage_split_by_unit(dataset, split, units, stage)
+            split_rows = _stage_split_by_unit(dataset, split, units, stage) if split is not None else 0
             common = {"dataset": str(dataset), "stage": str(stage), "method": method, "seed": seed, "split": split}
             items = [{**common, **u} for u in units]
             cost = lambda it: it["records"]  # noqa: E731
@@ -1024,6 +1038,12 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
             }
             if split is not None:
                 summary["split"] = {"name": split, "train_before": n, "train_after": kept_n, "kept_whole": whole}
+                unmatched = split_rows - sum(r["split_matched"] for r in first)
+                if unmatched:  # a stale split: its training part names records this dataset no longer has
+                    summary["split"]["unmatched_train_rows"] = unmatched
+                    summary["split_warning"] = (
+                        f"{unmatched} of the {split_rows} training rows of split {split} name no record of this "
+                        "dataset (it was converted again since the split was made?); make the split again")
             summary["per_hardware"] = tasks.group_by("hardware").agg(pl.col("before").sum(), pl.col(
                 "after").sum()).sort("hardware").to_dicts()
             warning = ratio_warning(ratio, achieved, min_keep, info.get("duplicates", 0), n)
@@ -1045,13 +1065,13 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
                     shutil.copyfile(f, stage / sub / f.name)
                     files.append(f"{sub}/{f.name}")
             if split is not None:
-                files += _restricted_split(dataset, split, stage, outputs, summary)
+                files += _restricted_split(dataset, split, stage, outputs, summary, source)
             atomic_write_json(stage / "manifest.json", {"pruned_from": str(dataset), "prune": {
                 k: summary[k] for k in ("method", "ratio_requested", "ratio_achieved", "seed", "min_keep", "split")
                 if k in summary}, "inputs": {}})
             files.append("manifest.json")
             try:
-                from .catalog import CATALOG_NAME, build_catalog, sanitize_name
+                from .catalog import CATALOG_NAME, build_catalog
             except ImportError:
                 CATALOG_NAME = None
             # the splits and tables made on an earlier prune of ``out`` stay only when this one keeps the same
@@ -1065,7 +1085,8 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
                         if f.is_file() and ".tmp-" not in f.name:
                             dst = stage / f.relative_to(out)
                             if dst.exists() or (split is not None and sub == "splits" and
-                                                sanitize_name(f.name.split(".")[0]) == sanitize_name(split)):
+                                                _same_view(_split_stem(out / sub / f.relative_to(out / sub).parts[0]),
+                                                           split)):
                                 continue  # this prune's own split replaces it (and any other that has its SQL view)
                             dst.parent.mkdir(parents=True, exist_ok=True)
                             os.link(f, dst)
@@ -1079,10 +1100,9 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
                 for sub in ("splits", "tables"):
                     shutil.rmtree(out / sub, ignore_errors=True)
             elif split is not None and CATALOG_NAME:  # a carried split with this split's SQL view goes (above)
-                for f in (out / "splits").glob("*") if (out / "splits").is_dir() else []:
-                    stem = f.name.split(".")[0]
-                    if stem != split and sanitize_name(stem) == sanitize_name(split):
-                        f.unlink()
+                for f in sorted((out / "splits").iterdir()) if (out / "splits").is_dir() else []:
+                    if _same_view(_split_stem(f), split):
+                        shutil.rmtree(f) if f.is_dir() else f.unlink()
             for rel in files:
                 if rel != "manifest.json":
                     (out / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -1099,29 +1119,42 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
     return summary
 
 
-def _restricted_split(dataset: Path, split: str, stage: Path, outputs: list[str], summary: dict) -> list[str]:
-    """The source's split ``split`` restricted to the kept records, staged as ``splits/<split>.parquet`` (its record
-    in the footer, as ``splits.write_split`` stores it, saying how it was pruned) and ``.json``."""
-    import json
-
-    from .splits import SPLIT_INFO_KEY, split_info
-    from .storage import file_sha256, write_parquet_atomic
+def _restricted_split(dataset: Path, split: str, stage: Path, outputs: list[str], summary: dict,
+                      source: dict) -> list[str]:
+    """The source's split ``split`` restricted to the kept records (rows matched by id, hardware and task), staged
+    as ``splits.store_split`` stores a split, its record saying how it was pruned. ``source``: the split's record
+    and sha256 as the prune read them at its start; a split made again since is refused."""
+    from .splits import store_split
+    from .storage import file_sha256
 
     src = dataset / "splits" / f"{split}.parquet"
+    if file_sha256(src) != source["sha256"]:
+        raise ValueError(f"{src} was made again while the prune ran; run the prune again")
     sp = pl.read_parquet(src)
     if outputs:
-        ids = pl.scan_parquet([str(stage / rel) for rel in outputs]).select("record_id").unique().collect()
-        sp = sp.join(ids, on="record_id", how="semi", maintain_order="left")
+        ids = pl.scan_parquet([str(stage / rel) for rel in outputs]).select(SPLIT_KEYS).unique().collect()
+        sp = sp.join(ids, on=SPLIT_KEYS, how="semi", maintain_order="left")
     else:
         sp = sp.head(0)
-    info = split_info(dataset, split)
+    info = dict(source["info"])
     info["counts"] = dict(sorted(sp.group_by("part").len().iter_rows()))
-    info["pruned"] = {"from": str(dataset.resolve()), "split_sha256": file_sha256(src), "method": summary["method"],
+    info["pruned"] = {"from": str(dataset.resolve()), "split_sha256": source["sha256"], "method": summary["method"],
                       "ratio": summary["ratio_requested"], "seed": summary["seed"], "part": "train"}
-    write_parquet_atomic(stage / "splits" / f"{split}.parquet", sp.to_arrow(),
-                         metadata={SPLIT_INFO_KEY: json.dumps(info, sort_keys=True)})
-    (stage / "splits" / f"{split}.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
-    return [f"splits/{split}.parquet", f"splits/{split}.json"]
+    (stage / "splits").mkdir(parents=True, exist_ok=True)
+    return store_split(stage, split, sp, info)
+
+
+def _same_view(stem: str, split: str) -> bool:
+    """Whether a split named ``stem`` other than ``split`` would have ``split``'s SQL view (``split_<name>``)."""
+    from .catalog import sanitize_name
+
+    return stem != split and sanitize_name(stem) == sanitize_name(split)
+
+
+def _split_stem(f: Path) -> str:
+    """The split a file or folder under splits/ belongs to (``<name>.parquet``, ``<name>.json``, ``<name>/``;
+    names may hold dots)."""
+    return f.stem if f.is_file() else f.name
 
 
 def ratio_warning(ratio: float, achieved: float, min_keep: int, duplicates: int, n: int) -> str | None:
@@ -1182,8 +1215,8 @@ def prune_report(tasks: pl.DataFrame, hist: dict, summary: dict) -> str:
         f"- split {summary['split']['name']}: its training part pruned, {summary['split']['train_before']} -> "
         f"{summary['split']['train_after']} records (the ratio is of this part); its other "
         f"{summary['split']['kept_whole']} records (validation, test, left out) kept as they are"]
-        if summary.get("split") else []) + ([f"- warning: {summary['warning']}"]
-                                                              if summary.get("warning") else []) + (
+        if summary.get("split") else []) + [f"- warning: {summary[k]}" for k in ("split_warning", "warning")
+                                            if summary.get(k)] + (
         [f"- {summary['best_cost_moved_tasks']} task(s) have another best mean cost (label scale) than before, by up "
          f"to {summary['best_cost_moved_max']:.2%}: re-measurements of the same schedule merged into the kept record "
          "pool their costs"] if summary.get("best_cost_moved_tasks") else []) + [""]

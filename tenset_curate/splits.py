@@ -241,7 +241,7 @@ def check_split_name(dataset: Path | None, name: str, others: list[str] | None =
 def write_split(dataset: Path, name: str, scheme: str, **kw) -> dict:
     """Make a split of ``dataset`` and store it as ``splits/<name>.parquet`` (+ catalog view ``split_<name>``)."""
     from .features import dataset_operator_classes
-    from .storage import atomic_write_json, dataset_lock, remove_stale_tmp, write_parquet_atomic
+    from .storage import dataset_lock, remove_stale_tmp
 
     dataset = Path(dataset)
     check_split_name(dataset, name)
@@ -253,9 +253,7 @@ def write_split(dataset: Path, name: str, scheme: str, **kw) -> dict:
         remove_stale_tmp(dataset)  # an interrupted splits make's temporary files (only a convert removed them)
         # the split's record travels inside its Parquet file (split_info reads it there), so a kill between the two
         # files cannot leave a split whose record says another seed and other counts; the JSON is for people
-        write_parquet_atomic(dataset / "splits" / f"{name}.parquet", table.to_arrow(),
-                             metadata={SPLIT_INFO_KEY: json.dumps(info, sort_keys=True)})
-        atomic_write_json(dataset / "splits" / f"{name}.json", info)
+        store_split(dataset, name, table, info)
         try:
             from .catalog import build_catalog
 
@@ -267,6 +265,18 @@ def write_split(dataset: Path, name: str, scheme: str, **kw) -> dict:
 
 
 SPLIT_INFO_KEY = "tenset_curate.split_info"  # the split's record in its Parquet file's footer
+
+
+def store_split(root: Path, name: str, table: pl.DataFrame, info: dict) -> list[str]:
+    """Write a split as ``root/splits/<name>.parquet`` with its record in the footer (``split_info`` reads it there,
+    so a kill between two files cannot leave a split whose record says other counts) and ``<name>.json`` for
+    people; returns the two paths relative to ``root``."""
+    from .storage import atomic_write_json, write_parquet_atomic
+
+    write_parquet_atomic(Path(root) / "splits" / f"{name}.parquet", table.to_arrow(),
+                         metadata={SPLIT_INFO_KEY: json.dumps(info, sort_keys=True)})
+    atomic_write_json(Path(root) / "splits" / f"{name}.json", info)
+    return [f"splits/{name}.parquet", f"splits/{name}.json"]
 
 
 def split_info(dataset: Path, name: str) -> dict:
@@ -304,7 +314,7 @@ def check_split_file(p: Path) -> None:
     import pyarrow.parquet as pq
 
     try:
-        names = pq.ParquetFile(p).schema_arrow.names
+        names = pq.read_schema(p).names
     except Exception as e:  # noqa: BLE001 (pyarrow raises several kinds for a damaged file)
         raise ValueError(f"{p}: not a readable split file ({type(e).__name__}: {e}); make it again with "
                          "`curate splits make`") from None

@@ -557,19 +557,25 @@ class SplitChanged(ValueError):
 def check_same_split(model, dataset: Path, split: str, model_dir) -> None:
     """Refuse to score a model on a split of its own training data's name that has been made again since it
     trained: a split re-made with another seed (or on other records) puts in its test part records the model
-    trained on, and the scores rose without a word (the splits audit: PCA 0.757 -> 0.862). The same for a model
-    trained on the split's pruned copy (``curate prune --split``) and scored on the source dataset. A model trained
-    on another dataset or split is scored as asked."""
+    trained on, and the scores rose without a word (the splits audit: PCA 0.757 -> 0.862). The same between a
+    dataset and a pruned copy of its split (``curate prune --split``), either way round: a model trained on the copy
+    scored on the source, or trained on the source scored on the copy, when the source's split has been made again
+    since the copy. A model trained on another dataset or split is scored as asked."""
     t = getattr(model, "trained_on", None)
-    if not t or t.get("split") != split:
-        return
-    here = str(Path(dataset).resolve())
-    if t.get("dataset") != here:
+    if not t or t.get("split") != split or not (Path(dataset) / "splits" / f"{split}.parquet").is_file():
+        return  # (no such split: reading it says so)
+    here = split_identity(dataset, split)
+    if t.get("dataset") != here["dataset"]:
         src = t.get("pruned_from") or {}  # trained on a pruned copy of this dataset's split (curate prune --split)
-        if src.get("dataset") != here:
+        scored = here.get("pruned_from") or {}  # scored on a pruned copy of the split it trained on
+        if src.get("dataset") == here["dataset"]:
+            t, now = {"split_sha256": src.get("split_sha256")}, here["split_sha256"]
+        elif scored.get("dataset") == t.get("dataset"):
+            now = scored.get("split_sha256")
+        else:
             return
-        t = {"split_sha256": src.get("split_sha256")}
-    now = split_identity(dataset, split)["split_sha256"]
+    else:
+        now = here["split_sha256"]
     if t.get("split_sha256") != now:
         raise SplitChanged(f"{model_dir} trained on split {split!r} of {dataset}, which has been made again since "
                            "(its file changed): its test part can hold records the model trained on. Train the model "

@@ -656,6 +656,8 @@ def test_step_dropout_leaves_out_whole_steps_and_recounts_their_kind_ids(k80_mi5
     np.testing.assert_array_equal(again.predict(data), ref)
     plain = AttentionRanker(epochs=1, num_threads=1, progress=False, positions="kind").fit(data)
     assert not np.array_equal(plain.predict(data), ref)
+    with pytest.raises(ValueError, match=r"step_dropout must be in \[0, 1\)"):
+        AttentionRanker(epochs=1, num_threads=1, progress=False, step_dropout=1.0).fit(data)
 
 
 def test_auto_positions_follow_the_operator_classes_the_model_trains_on(k80_mi50_dataset, tmp_path):

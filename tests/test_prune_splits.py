@@ -1036,6 +1036,28 @@ def test_a_split_prune_keeps_held_out_labels_and_refuses_what_it_cannot_prune(tm
         assert kept.filter(pl.col("hardware") == "B").height == n_b
         assert s["split"]["train_before"] == n_train  # A's training records, counted once
     assert read_split(tmp_path / "ab400", "ab").equals(read_split(tmp_path / "ab100000", "ab"))
+    carried = read_split(tmp_path / "ab400", "ab")  # every row names a kept record, by id, hardware and task
+    kept = load_records(tmp_path / "ab400", ["record_id", "hardware", "task_id"]).unique()
+    assert carried.join(kept, on=["record_id", "hardware", "task_id"], how="anti").height == 0
+    assert int((carried["part"] == "train").sum()) == s["split"]["train_after"]
+
+    # a model trained on the source and scored on a pruned copy made before the source's split was made again
+    train_model(other, "ab", "gbdt", tmp_path / "m2", progress=False, n_estimators=5)
+    evaluate_model(tmp_path / "m2", tmp_path / "ab400", "ab")
+    write_split(other, "ab", "hardware", train_hw=["A"], test_hw=["B"], seed=4)
+    train_model(other, "ab", "gbdt", tmp_path / "m3", progress=False, n_estimators=5)
+    with pytest.raises(SplitChanged, match="made again since"):
+        evaluate_model(tmp_path / "m3", tmp_path / "ab400", "ab")
+
+    # a stale split: training rows that name no record are counted and said
+    (other / "splits" / "stale.parquet").write_bytes((other / "splits" / "ab.parquet").read_bytes())
+    sp = read_split(other, "stale")
+    sp.with_columns(pl.when(pl.col("part") == "train").then(pl.col("record_id") + "x").otherwise(
+        pl.col("record_id")).alias("record_id")).head(sp.height - 3).vstack(sp.tail(3)).write_parquet(
+        other / "splits" / "stale.parquet")
+    s = prune(other, tmp_path / "st", 0.5, split="stale")
+    assert s["split"]["unmatched_train_rows"] > 0 and "name no record of this dataset" in s["split_warning"]
+    assert "name no record of this dataset" in (tmp_path / "st" / "prune_report.md").read_text()
 
     # a damaged split file: an error naming it
     (other / "splits" / "bad.parquet").write_bytes(b"PAR1 not a parquet file")
@@ -1044,12 +1066,20 @@ def test_a_split_prune_keeps_held_out_labels_and_refuses_what_it_cannot_prune(tm
             call()
     (other / "splits" / "bad.parquet").unlink()
 
-    # a re-prune with a split whose SQL view a carried split has: the carried one goes
+    # a re-prune with a split whose SQL view a carried split has: the carried one goes; dotted names are names
     out = tmp_path / "clash"
     write_split(other, "x-y", "within-task")
+    write_split(other, "w.v2", "within-task")
     prune(other, out, 0.0, "random", split="ab")
     write_split(out, "x_y", "within-task", seed=2)
+    write_split(out, "ab.old", "within-task", seed=3)
     prune(other, out, 0.0, "random", split="x-y")
-    assert sorted(p.name for p in (out / "splits").glob("*.parquet")) == ["ab.parquet", "x-y.parquet"]
+    assert sorted(p.name for p in (out / "splits").glob("*.parquet")) == ["ab.old.parquet", "ab.parquet",
+                                                                           "x-y.parquet"]
     n = run_sql(out, "SELECT count(*) AS n FROM split_x_y", "arrow").to_pylist()[0]["n"]
     assert n == read_split(out, "x-y").height
+    assert run_sql(out, "SELECT count(*) AS n FROM split_ab_old", "arrow").to_pylist()[0]["n"] > 0
+    write_split(out, "w_v2", "within-task", seed=5)
+    prune(other, out, 0.0, "random", split="w.v2")  # the carried w_v2 has w.v2's view: it goes
+    assert sorted(p.name for p in (out / "splits").glob("*.parquet")) == ["ab.old.parquet", "ab.parquet",
+                                                                           "w.v2.parquet", "x-y.parquet"]
