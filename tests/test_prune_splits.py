@@ -966,6 +966,22 @@ def test_a_prune_of_a_splits_training_part_keeps_its_other_records_and_the_split
     assert int((read_split(out, "wt")["part"] == "train").sum()) == s2["split"]["train_after"] > s["split"][
         "train_after"]
 
+    import tenset_curate.prune as P
+
+    stage = P._stage_split_by_unit
+
+    def remade_meanwhile(dataset, split, units, stage_dir):  # `curate splits make` of the same name mid-prune
+        n = stage(dataset, split, units, stage_dir)
+        write_split(dataset, split, "within-task", seed=9)
+        return n
+
+    P._stage_split_by_unit = remade_meanwhile
+    try:
+        with pytest.raises(ValueError, match="was made again while the prune ran"):
+            prune(ds, tmp_path / "race", 0.5, split="wt")
+    finally:
+        P._stage_split_by_unit = stage
+    write_split(ds, "wt", "within-task", seed=3)
     with pytest.raises(FileNotFoundError, match="no such split"):
         prune(ds, tmp_path / "q", 0.5, split="nope")
     r = CliRunner().invoke(app, ["prune", str(ds), "--ratio", "0.5", "--split", "nope", "--out", str(tmp_path / "q")])
