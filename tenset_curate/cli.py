@@ -174,6 +174,18 @@ def info(dataset: Path = typer.Argument(...), json_out: bool = typer.Option(Fals
     typer.echo(f"{'hardware':<24}{'operator':<14}{'records':>9}{'tasks':>7}{'failed':>9}")
     for r in s["by_hardware_operator"]:
         typer.echo(f"{r['hardware']:<24}{r['op_class']:<14}{r['records']:>9}{r['tasks']:>7}{r['failure_rate']:>9.2%}")
+    pr = s.get("pruned_from")
+    if pr:
+        part = f" of split {pr['split']['name']}'s training part" if isinstance(pr.get("split"), dict) else ""
+        achieved = pr.get("ratio_achieved")
+        typer.echo(f"pruned from {pr['from']}: {pr.get('method')}, ratio {pr.get('ratio_requested')}{part}" +
+                   (f" (removed {achieved:.2%})" if isinstance(achieved, (int, float)) else "") +
+                   f", seed {pr.get('seed')}")
+    for sp in s["splits"]:
+        counts = ", ".join(f"{k} {v}" for k, v in sp["counts"].items())
+        src = (f"; the split of {sp['pruned']['from']} restricted to these records"
+               if sp.get("pruned") else "")
+        typer.echo(f"split {sp['name']} ({sp['scheme']}): {counts}{src}")
     _warn_several_targets(s["targets"])
 
 

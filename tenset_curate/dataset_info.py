@@ -12,8 +12,13 @@ from .readers import DEVICE_COLUMNS, devices_by_hardware
 def dataset_info(dataset: Path) -> dict:
     """What ``curate info`` prints: records, tasks and quarantined lines; per (hardware, operator class) records,
     tasks and failure rate; the rules that named the operator classes; per hardware its target kinds (several:
-    one name over several machines). FileNotFoundError when ``dataset`` holds no records."""
+    one name over several machines); the splits it holds (scheme, counts, and for a split ``curate prune --split``
+    carried, where from); for a pruned dataset, what it was pruned from and how. FileNotFoundError when
+    ``dataset`` holds no records."""
+    import orjson
+
     from .prune import record_files
+    from .splits import split_info
 
     dataset = Path(dataset)
     lf = pl.scan_parquet(record_files(dataset))
@@ -24,10 +29,21 @@ def dataset_info(dataset: Path) -> dict:
     by = (j.group_by("hardware", "op_class").agg(pl.len().alias("records"), pl.col("task_id").n_unique().alias("tasks"),
                                                  (1 - pl.col("is_valid").mean()).alias("failure_rate"))
           .sort("hardware", "op_class"))
+    splits = []
+    for f in sorted((dataset / "splits").glob("*.parquet")):
+        i = split_info(dataset, f.stem)
+        splits.append({"name": f.stem, "scheme": i.get("scheme"), "counts": i.get("counts", {}),
+                       **({"pruned": i["pruned"]} if isinstance(i.get("pruned"), dict) else {})})
+    pruned = None
+    m = dataset / "manifest.json"
+    if m.is_file():
+        man = orjson.loads(m.read_bytes())
+        if "pruned_from" in man:
+            pruned = {"from": man["pruned_from"], **man.get("prune", {})}
     q = sorted((dataset / "quarantine").glob("*.parquet"))
     nq = pl.scan_parquet(q).select(pl.len()).collect().item() if q else 0
     return {"dataset": str(dataset), "records": recs.height, "tasks": recs.select("hardware", "task_id").n_unique(),
-            "quarantined": nq, "by_hardware_operator": by.to_dicts(),
+            "quarantined": nq, "by_hardware_operator": by.to_dicts(), "splits": splits, "pruned_from": pruned,
             "op_rules": dict(ops.group_by("op_rule").len().sort("op_rule").iter_rows()),
             # per hardware, the target kinds and the devices (readers.device_of) of its records: more than one is
             # one name for several machines

@@ -951,6 +951,11 @@ def test_a_prune_of_a_splits_training_part_keeps_its_other_records_and_the_split
     info = json.loads((out / "splits" / "wt.json").read_text())
     assert info["pruned"]["method"] == "hybrid" and info["counts"]["test"] == int((src["part"] == "test").sum())
     assert "split wt: its training part pruned" in (out / "prune_report.md").read_text()
+    r = CliRunner().invoke(app, ["info", str(out)])  # where the dataset and its split come from
+    assert r.exit_code == 0 and f"pruned from {ds}: hybrid, ratio 0.7 of split wt's training part (removed " in r.output
+    assert f"the split of {ds.resolve()} restricted to these records" in r.output
+    assert f"split wt (within-task): test {int((src['part'] == 'test').sum())}, train {s['split']['train_after']}" \
+        in r.output
 
     train_model(out, "wt", "gbdt", tmp_path / "m", progress=False, n_estimators=20)
     on_pruned, on_source = evaluate_model(tmp_path / "m", out, "wt"), evaluate_model(tmp_path / "m", ds, "wt")
