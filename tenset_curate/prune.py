@@ -5,7 +5,8 @@
 - ``redundancy``: records of one (hardware, task) whose schedules are identical, step for step and field for field
   (``schedule_keys``: the same schedule measured again, or the same up to bookkeeping that does not change the
   program: SSA names, GetBlock/GetLoops, the Split that replays a SamplePerfectTile) collapse into one record whose
-  costs are the union of theirs.
+  costs are the union of theirs (in a prune of a split's training part, the set's fastest member with its own
+  costs, so that no held-out label moves).
 - ``cluster``: per (hardware, task), k-means over the standardised flat features plus the standardised label
   (weight ``CLUSTER_LABEL_WEIGHT``); the record nearest each centre is kept, so the kept set covers the schedule
   space and the label range together. A task's pool of more than ``CLUSTER_BLOCK`` records is clustered in
@@ -1046,7 +1047,7 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
                         "dataset (it was converted again since the split was made?); make the split again")
             summary["per_hardware"] = tasks.group_by("hardware").agg(pl.col("before").sum(), pl.col(
                 "after").sum()).sort("hardware").to_dicts()
-            warning = ratio_warning(ratio, achieved, min_keep, info.get("duplicates", 0), n)
+            warning = ratio_warning(ratio, achieved, min_keep, info.get("duplicates", 0), n, pooled=split is None)
             if warning:  # in prune.json and the report too (it was said on stderr only, and always blamed min_keep)
                 summary["warning"] = warning
             files = list(outputs)
@@ -1157,7 +1158,8 @@ def _split_stem(f: Path) -> str:
     return f.stem if f.is_file() else f.name
 
 
-def ratio_warning(ratio: float, achieved: float, min_keep: int, duplicates: int, n: int) -> str | None:
+def ratio_warning(ratio: float, achieved: float, min_keep: int, duplicates: int, n: int,
+                  pooled: bool = True) -> str | None:
     """What a pruning whose achieved ratio misses the request by more than 1% says, naming the cause: more removed
     (identical schedules merged into one record remove at least that many, at ratio 0 too) or fewer (every task
     keeps its best record and at least ``min_keep``)."""
@@ -1166,7 +1168,8 @@ def ratio_warning(ratio: float, achieved: float, min_keep: int, duplicates: int,
     head = f"achieved ratio {achieved:.4f} differs from the requested {ratio} by more than 1%: "
     if achieved > ratio:
         return head + (f"{duplicates} of the {n} records were identical schedules of another record, merged into it "
-                       "(their costs kept), so at least that many go whatever the ratio")
+                       f"({'their costs kept' if pooled else 'keeping its own costs'}), so at least that many go "
+                       "whatever the ratio")
     return head + (f"every task keeps its best valid record and at least min_keep={min_keep} records, which keeps "
                    "more than the ratio leaves")
 
