@@ -993,6 +993,11 @@ def test_a_prune_of_a_splits_training_part_keeps_its_other_records_and_the_split
     assert r.exit_code == 2 and "no such split" in r.output and not (tmp_path / "q").exists()
     r = CliRunner().invoke(app, ["prune", str(ds), "--ratio", "0.5", "--split", "wt", "--out", str(tmp_path / "c")])
     assert r.exit_code == 0 and f"split wt's training part {n_train} -> " in r.output, r.output
+    # a split made on the pruned copy itself is told what it does
+    r = CliRunner().invoke(app, ["splits", "make", str(tmp_path / "c"), "--scheme", "within-task", "--name", "own"])
+    assert r.exit_code == 0 and f"is a pruned copy of {ds}: this split draws its test records from the kept" in r.output
+    r = CliRunner().invoke(app, ["splits", "make", str(ds), "--scheme", "within-task", "--name", "own"])
+    assert r.exit_code == 0 and "pruned copy" not in r.output
 
 
 def test_a_split_prune_keeps_held_out_labels_and_refuses_what_it_cannot_prune(tmp_path):
