@@ -194,16 +194,6 @@ def _message(e: Exception) -> str:
     return str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
 
 
-def _pruned_from(dataset: Path) -> str | None:
-    """The source a dataset was pruned from (its manifest's ``pruned_from``), or None."""
-    import orjson
-
-    try:
-        return orjson.loads((Path(dataset) / "manifest.json").read_bytes()).get("pruned_from")
-    except (OSError, ValueError, AttributeError):
-        return None
-
-
 def _warn_several_targets(targets: dict) -> None:
     """A warning per hardware name whose records have several devices (``targets``: name -> readers.device_of)."""
     for hw, ts in targets.items():
@@ -327,7 +317,9 @@ def splits_make(
     if s.get("no_network_records"):
         typer.echo(f"warning: {s['no_network_records']} records of {s['no_network_tasks']} tasks belong to no network "
                    "of the networks table and stay in training", err=True)
-    src = _pruned_from(dataset)
+    from .dataset_info import pruned_from
+
+    src = (pruned_from(dataset) or {}).get("from")
     if src is not None:
         typer.echo(f"warning: {dataset} is a pruned copy of {src}: this split draws its test records from the kept "
                    "ones, so a model trained here is not scored on the records a model of the source is. To compare "

@@ -15,8 +15,6 @@ def dataset_info(dataset: Path) -> dict:
     one name over several machines); the splits it holds (scheme, counts, and for a split ``curate prune --split``
     carried, where from); for a pruned dataset, what it was pruned from and how. FileNotFoundError when
     ``dataset`` holds no records."""
-    import orjson
-
     from .prune import record_files
     from .splits import split_info
 
@@ -34,12 +32,7 @@ def dataset_info(dataset: Path) -> dict:
         i = split_info(dataset, f.stem)
         splits.append({"name": f.stem, "scheme": i.get("scheme"), "counts": i.get("counts", {}),
                        **({"pruned": i["pruned"]} if isinstance(i.get("pruned"), dict) else {})})
-    pruned = None
-    m = dataset / "manifest.json"
-    if m.is_file():
-        man = orjson.loads(m.read_bytes())
-        if "pruned_from" in man:
-            pruned = {"from": man["pruned_from"], **man.get("prune", {})}
+    pruned = pruned_from(dataset)
     q = sorted((dataset / "quarantine").glob("*.parquet"))
     nq = pl.scan_parquet(q).select(pl.len()).collect().item() if q else 0
     return {"dataset": str(dataset), "records": recs.height, "tasks": recs.select("hardware", "task_id").n_unique(),
@@ -51,3 +44,17 @@ def dataset_info(dataset: Path) -> dict:
                 pl.col("target_kind").drop_nulls().unique().sort()).sort("hardware").iter_rows()},
             "targets": {h: sorted(d) for h, d in sorted(devices_by_hardware(
                 recs.select("hardware", *DEVICE_COLUMNS).to_arrow()).items())}}
+
+
+def pruned_from(dataset: Path) -> dict | None:
+    """For a dataset ``curate prune`` wrote, its manifest's record: ``{"from": source, method, ratio_requested, ...}``;
+    None for any other dataset (or an unreadable manifest)."""
+    import orjson
+
+    try:
+        man = orjson.loads((Path(dataset) / "manifest.json").read_bytes())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(man, dict) or "pruned_from" not in man:
+        return None
+    return {"from": man["pruned_from"], **(man.get("prune") or {})}

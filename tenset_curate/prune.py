@@ -216,6 +216,7 @@ from .features import featurize
 from .labels import LABEL_KEYS, with_labels
 from .metrics import cap_queries
 from .schema import RECORD_SCHEMA
+from .splits import SPLIT_KEYS
 
 METHODS = ["redundancy", "cluster", "importance", "hybrid", "density", "random"]
 HYBRID_IMPORTANCE_SHARE = 0.0  # see the module docstring: importance picks hurt the proxy on real data
@@ -800,8 +801,6 @@ def _stage_split_by_unit(dataset: Path, split: str, units: list[dict], stage: Pa
     return rows
 
 
-SPLIT_KEYS = ["record_id", "hardware", "task_id"]  # a split row names its record by all three, as a record's row
-
 
 LIGHT_COLUMNS = ["hardware", "task_id", "record_id", "is_valid", "mean_cost", "costs"]  # what random's pass 1 reads
 
@@ -848,6 +847,9 @@ def _split_training_rows(item: dict, df: pl.DataFrame) -> tuple[np.ndarray | Non
     return tr["_train"].fill_null(False).to_numpy(), matched
 
 
+SPLIT_MASK = "_split_train"  # a unit's npz: which of its rows are in the split's training part
+
+
 def _pass1(item: dict) -> dict:
     """Prepare one unit: selection arrays go to ``stage/units/<id>.npz``; the pool counts come back."""
     df = _read_unit(item["dataset"], item["shards"], LIGHT_COLUMNS if item["method"] == "random" else None)
@@ -856,7 +858,9 @@ def _pass1(item: dict) -> dict:
     if tr is not None:
         df = df.filter(pl.Series(tr))
     unit = prepare_unit(df, item["method"], item["seed"])
-    np.savez(Path(item["stage"]) / "units" / f"{item['id']:05d}.npz", **unit["arrays"])
+    # the unit's training-part mask travels with its arrays (pass 2 reads the same rows in the same order)
+    np.savez(Path(item["stage"]) / "units" / f"{item['id']:05d}.npz", **unit["arrays"],
+             **({SPLIT_MASK: tr} if tr is not None else {}))
     return {"id": item["id"], "group_keys": unit["group_keys"], "counts": pool_counts(unit).tolist(),
             "records": df.height, "kept_whole": whole, "split_matched": matched, "info": unit["info"]}
 
@@ -874,8 +878,8 @@ def _pass2(item: dict) -> dict:
     npz = Path(item["stage"]) / "units" / f"{item['id']:05d}.npz"
     with np.load(npz, allow_pickle=False) as z:
         arrays = {k: z[k] for k in z.files}
+    tr = arrays.pop(SPLIT_MASK, None)
     unit = {"arrays": arrays, "group_keys": [tuple(k) for k in item["group_keys"]]}
-    tr = _split_training_rows(item, df)[0]
     pool = df if tr is None else df.filter(pl.Series(tr))
     keep = select_unit(unit, np.asarray(item["alloc"], np.int64), item["method"], item["seed"])
     # with a split, a duplicate set keeps its fastest member's own costs (no pooling): the task's best valid cost,
@@ -968,17 +972,11 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
     _check_out(dataset, out)
     source = None
     if split is not None:
-        from .splits import check_split_file, check_split_name, split_info
+        from .splits import check_split_name, split_file, split_info
         from .storage import file_sha256
 
         check_split_name(None, split)
-        f = dataset / "splits" / f"{split}.parquet"
-        if not f.exists():
-            raise FileNotFoundError(f"{f}: no such split (make it with `curate splits make`)" if (
-                dataset / "records").is_dir() else f"{dataset}: not a dataset (no records/; make one with curate "
-                "convert)")
-        check_split_file(f)
-        source = {"sha256": file_sha256(f), "info": split_info(dataset, split)}
+        source = {"sha256": file_sha256(split_file(dataset, split)), "info": split_info(dataset, split)}
     units = plan_units(dataset, unit_records)
     workers = max(1, min(int(workers), len(units)))  # no pool for a single unit
     with dataset_lock(out, what="curate prune"):

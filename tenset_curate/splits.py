@@ -14,8 +14,9 @@ depend on row order or on how the data was sharded):
 - ``task``: hold out a seeded random share ``--test-fraction`` of the tasks (workload keys), every record of a
   held-out task on every hardware. A task is its workload key as the log spells it, TenSet's identity of a task:
   logs that spell one layer two ways (roller-k80 writes conv padding as "SAME", roller-mi50 as numbers) give two
-  tasks, and holding out one leaves the other in training (the splits audit found 18 of 36 held-out layers so). The network split's question (programs of operators and shapes the model never
-  saw) for data without network_info: a network split holds out its networks' tasks.
+  tasks, and holding out one leaves the other in training (the splits audit found 18 of 36 held-out layers so).
+  The network split's question (programs of operators and shapes the model never saw) for data without
+  network_info: a network split holds out its networks' tasks.
 - ``hardware``: train on ``--train-hw``, test on ``--test-hw``; ``--few-shot F`` puts a fraction F of the test
   hardware's records into training (each record drawn on its own, so a task's share varies around F, and a small
   task can get none), the rest stay test.
@@ -296,16 +297,23 @@ def split_info(dataset: Path, name: str) -> dict:
 def read_split(dataset: Path, name: str) -> pl.DataFrame:
     """The split's rows (record_id, hardware, task_id, part). FileNotFoundError names the dataset when it is not
     one, else the split."""
+    return pl.read_parquet(split_file(dataset, name))
+
+
+def split_file(dataset: Path, name: str) -> Path:
+    """The split's file, checked (``check_split_file``). FileNotFoundError names the dataset when it is not one,
+    else the split."""
     p = Path(dataset) / "splits" / f"{name}.parquet"
     if not p.exists() and not (Path(dataset) / "records").is_dir():
         raise FileNotFoundError(f"{dataset}: not a dataset (no records/; make one with curate convert)")
     if not p.exists():
         raise FileNotFoundError(f"{p}: no such split (make it with `curate splits make`)")
     check_split_file(p)
-    return pl.read_parquet(p)
+    return p
 
 
-SPLIT_COLUMNS = ("record_id", "hardware", "task_id", "part")
+SPLIT_KEYS = ["record_id", "hardware", "task_id"]  # a split row names its record by all three, as a record's row
+SPLIT_COLUMNS = (*SPLIT_KEYS, "part")
 
 
 def check_split_file(p: Path) -> None:

@@ -539,15 +539,25 @@ def split_identity(dataset: Path, split: str) -> dict:
     """What names a split's assignment: the dataset's folder, the split's name and the sha256 of its file; for a
     split that ``curate prune --split`` carried into a pruned dataset, also the source's folder and the sha256 its
     split had then (``pruned_from``): a model trained there is scored on the source's test records."""
-    from .splits import split_info
     from .storage import file_sha256
 
     out = {"dataset": str(Path(dataset).resolve()), "split": split,
            "split_sha256": file_sha256(Path(dataset) / "splits" / f"{split}.parquet")}
+    src = _pruned_source(dataset, split)
+    if src:
+        out["pruned_from"] = src
+    return out
+
+
+def _pruned_source(dataset: Path, split: str) -> dict | None:
+    """For a split ``curate prune --split`` carried: the source dataset's folder and its split's sha256 then (the
+    split's record, read from its file's footer: no hashing)."""
+    from .splits import split_info
+
     pruned = split_info(dataset, split).get("pruned")
     if isinstance(pruned, dict) and pruned.get("from") and pruned.get("split_sha256"):
-        out["pruned_from"] = {"dataset": str(Path(pruned["from"]).resolve()), "split_sha256": pruned["split_sha256"]}
-    return out
+        return {"dataset": str(Path(pruned["from"]).resolve()), "split_sha256": pruned["split_sha256"]}
+    return None
 
 
 class SplitChanged(ValueError):
@@ -564,19 +574,19 @@ def check_same_split(model, dataset: Path, split: str, model_dir) -> None:
     t = getattr(model, "trained_on", None)
     if not t or t.get("split") != split or not (Path(dataset) / "splits" / f"{split}.parquet").is_file():
         return  # (no such split: reading it says so)
-    here = split_identity(dataset, split)
-    if t.get("dataset") != here["dataset"]:
-        src = t.get("pruned_from") or {}  # trained on a pruned copy of this dataset's split (curate prune --split)
-        scored = here.get("pruned_from") or {}  # scored on a pruned copy of the split it trained on
-        if src.get("dataset") == here["dataset"]:
-            t, now = {"split_sha256": src.get("split_sha256")}, here["split_sha256"]
-        elif scored.get("dataset") == t.get("dataset"):
-            now = scored.get("split_sha256")
-        else:
-            return
+    from .storage import file_sha256
+
+    here = str(Path(dataset).resolve())
+    src = t.get("pruned_from") or {}  # trained on a pruned copy of this dataset's split (curate prune --split)
+    if t.get("dataset") == here or src.get("dataset") == here:
+        trained = t.get("split_sha256") if t.get("dataset") == here else src.get("split_sha256")
+        now = file_sha256(Path(dataset) / "splits" / f"{split}.parquet")
     else:
-        now = here["split_sha256"]
-    if t.get("split_sha256") != now:
+        scored = _pruned_source(dataset, split) or {}  # scored on a pruned copy of the split it trained on
+        if scored.get("dataset") != t.get("dataset"):
+            return  # another dataset: scored as asked, without hashing its split
+        trained, now = t.get("split_sha256"), scored["split_sha256"]
+    if trained != now:
         raise SplitChanged(f"{model_dir} trained on split {split!r} of {dataset}, which has been made again since "
                            "(its file changed): its test part can hold records the model trained on. Train the model "
                            "again on this split, or make the split under another name")
