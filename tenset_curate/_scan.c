@@ -480,13 +480,20 @@ static int parse_value(Parser *p, int depth) {
 /* ------------------------------------------------------------------------------------------------ strings */
 
 /* the string's value (escapes decoded) into scratch; returns its length or -1 on no memory */
-/* readers.ANSOR_STEP_KINDS: every step kind TVM's auto_scheduler writes */
-static int known_step_kind(const void *p, Py_ssize_t n) {
-    static const char *kinds[] = {"AN", "FU", "PR", "RE", "SP", "FSP", "FFSP", "SA", "CA", "CI", "CR", "CHR", "CHW",
-                                  "RF"};
-    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
-        if ((Py_ssize_t)strlen(kinds[i]) == n && memcmp(kinds[i], p, (size_t)n) == 0) return 1;
-    return 0;
+/* readers.ANSOR_STEP_ARGS: every step kind TVM's auto_scheduler writes and the layout of the arguments its reader
+   takes ("i" an integer, null or boolean; "L" a list; "s" a string); readers.ANSOR_STEP_SIGNATURES */
+static const struct {
+    const char *kind, *sig;
+} step_args[] = {{"AN", "iii"},  {"FU", "iL"},   {"PR", "iis"},    {"RE", "iL"},   {"SP", "iiiLi"},
+                 {"FSP", "iiii"}, {"FFSP", "iiLii"}, {"SA", "iiii"}, {"CA", "iii"},   {"CI", "i"},
+                 {"CR", "i"},    {"CHR", "isL"},  {"CHW", "is"},    {"RF", "iii"}};
+
+/* the argument layout of a known step kind, or NULL for a kind TVM does not write */
+static const char *step_signature(const void *p, Py_ssize_t n) {
+    for (size_t i = 0; i < sizeof step_args / sizeof step_args[0]; i++)
+        if ((Py_ssize_t)strlen(step_args[i].kind) == n && memcmp(step_args[i].kind, p, (size_t)n) == 0)
+            return step_args[i].sig;
+    return NULL;
 }
 
 static Py_ssize_t str_value(const uint8_t *line, const Node *nd, Buf *scratch) {
@@ -707,17 +714,20 @@ static int emit_record(Out *out, const uint8_t *line, size_t len, Node *N, int64
         if (N[st].type != T_ARR || N[st].n == 0 || !is_str(&N[st + 1])) return SLOW;
         Py_ssize_t n = str_value(line, &N[st + 1], &out->scratch);
         if (n < 0) return NOMEM;
-        if (!known_step_kind(out->scratch.p, n)) return SLOW; /* the Python path quarantines it, naming the kind */
+        const char *sig = step_signature(out->scratch.p, n);
+        if (!sig) return SLOW; /* the Python path quarantines it, naming the kind */
+        if ((size_t)(N[st].n - 1) != strlen(sig)) return SLOW; /* arguments TVM does not read: likewise */
         if (buf_put(&O[O_KIND], out->scratch.p, (size_t)n)) return NOMEM;
         PUT(&O[O_KIND_OFF], int32_t, O[O_KIND].n);
         for (uint32_t a = N[st + 1].next, q = 1; q < N[st].n; q++, a = N[a].next) {
             Node *A = &N[a];
+            if ((A->type == T_STR) != (sig[q - 1] == 's') || (A->type == T_ARR) != (sig[q - 1] == 'L')) return SLOW;
             switch (A->type) {
                 case T_INT: PUT(&O[O_INTS], int64_t, A->v.i); break;
                 case T_NULL: PUT(&O[O_INTS], int64_t, -1); break;
                 case T_TRUE: PUT(&O[O_INTS], int64_t, 1); break;
                 case T_FALSE: PUT(&O[O_INTS], int64_t, 0); break;
-                case T_FLT: PUT(&O[O_FLOATS], double, A->v.d); break;
+                case T_FLT: return SLOW; /* no argument of a step is a float: the Python path quarantines it */
                 case T_STR: {
                     Py_ssize_t m = str_value(line, A, &out->scratch);
                     if (m < 0) return NOMEM;

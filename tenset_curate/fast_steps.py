@@ -18,7 +18,10 @@ array stays in cache):
    operations over the buffer; longer or signed ones are parsed as a small digits matrix (int64 range checked);
 4. per-step counts (ints, int lists, strings) and per-list counts come from one cumulative sum of a packed
    4 x 16-bit counter word; strings are gathered from the buffer; the Arrow arrays are built from the numpy
-   offsets and values.
+   offsets and values;
+5. each step's layout (its number of arguments and where its lists and strings sit among them, read off the same
+   running count) is compared with the one TVM's reader takes for its kind (``readers.ANSOR_STEP_ARGS``); a record
+   with a step of an unknown kind or another layout goes to the slow path, which quarantines it with the reason.
 
 Anything the fast path does not handle exactly (backslash escapes, floats/exponents, ``true``/``false``/``null``,
 objects, whitespace, non-ASCII text, integers beyond int64, strings holding ``[``/``]``/``,``, malformed step
@@ -126,7 +129,8 @@ def _convert(blobs: list[bytes], lens: np.ndarray) -> tuple[pa.ListArray, dict[i
         outs.append(_fast_chunk(buf[o0:int(off[b]) + 16], off[a:b + 1] - o0, slow[a:b]))
 
     fast = _assemble(outs, n)
-    slow |= _of_unknown_kinds(fast, n)  # the reference quarantines them, naming the kind
+    nargs = _cat([o["n_ints"] + o["n_lists"] + o["n_strs"] for o in outs])
+    slow |= _of_bad_steps(fast, _cat([o["sig"] for o in outs]), nargs, n)  # the reference says why
     if not slow.any():
         return fast, {}
     # slow records: the reference's Python logic, merged back in record order
@@ -139,17 +143,24 @@ def _convert(blobs: list[bytes], lens: np.ndarray) -> tuple[pa.ListArray, dict[i
     return merged, bad
 
 
-def _of_unknown_kinds(arr: pa.ListArray, n: int) -> np.ndarray:
-    """Per record: whether one of its steps has a kind TVM does not write (``readers.ANSOR_STEP_KINDS``)."""
+def _of_bad_steps(arr: pa.ListArray, sig: np.ndarray, nargs: np.ndarray, n: int) -> np.ndarray:
+    """Per record: whether one of its steps has a kind TVM does not write, or arguments other than the ones TVM's
+    reader takes for its kind (``readers.ANSOR_STEP_ARGS``; ``sig`` and ``nargs``: each step's layout as
+    ``signature_code`` numbers it)."""
     import pyarrow.compute as pc
 
-    from .readers import ANSOR_STEP_KINDS
+    from .readers import ANSOR_STEP_SIGNATURES
 
     out = np.zeros(n, dtype=bool)
-    kinds = pc.list_flatten(arr).field("kind")
-    unknown = pc.invert(pc.is_in(kinds, value_set=pa.array(sorted(ANSOR_STEP_KINDS)))).to_numpy(zero_copy_only=False)
-    if unknown.any():
-        out[pc.list_parent_indices(arr).to_numpy()[unknown]] = True
+    known = sorted(ANSOR_STEP_SIGNATURES)
+    codes = [signature_code(ANSOR_STEP_SIGNATURES[k]) for k in known] + [(-1, -1)]  # the last: an unknown kind
+    want_sig, want_n = (np.array(c, dtype=np.int64) for c in zip(*codes))
+    idx = pc.index_in(pc.list_flatten(arr).field("kind"), value_set=pa.array(known)).fill_null(len(known))
+    idx = idx.to_numpy(zero_copy_only=False)
+    bad = want_sig.take(idx) != sig
+    bad |= want_n.take(idx) != nargs
+    if bad.any():
+        out[pc.list_parent_indices(arr).to_numpy()[bad]] = True
     return out
 
 
@@ -225,7 +236,7 @@ def _analyze(cb: np.ndarray, coff: np.ndarray, P: np.ndarray, C: np.ndarray, V: 
     ntok = len(P)
     rt = np.searchsorted(P, coff)  # record r owns tokens rt[r]:rt[r+1]
     if ntok == 0:
-        return dict(spr=np.zeros(n, np.int64), n_ints=_E64, n_lists=_E64, n_strs=_E64, n_inn=_E64,
+        return dict(sig=_E64, spr=np.zeros(n, np.int64), n_ints=_E64, n_lists=_E64, n_strs=_E64, n_inn=_E64,
                     ints=_E64, inn=_E64, kind_chars=_E8, kind_len=_E64, str_chars=_E8, str_len=_E64)
 
     # over-long records -> slow path (backslashes never get here)
@@ -319,6 +330,7 @@ def _analyze(cb: np.ndarray, coff: np.ndarray, P: np.ndarray, C: np.ndarray, V: 
     Ps = P.take(sq)
     str_chars, str_len = _gather_strings(cb, Ps + 1, P.take(sq + 1) - Ps - 1)
     return dict(
+        sig=_signatures(SS, IL, sq, cnt),
         spr=np.diff(np.searchsorted(SS, rt)),
         n_ints=(cs >> 16) & _FIELD,
         n_lists=(cs >> 32) & _FIELD,
@@ -331,6 +343,33 @@ def _analyze(cb: np.ndarray, coff: np.ndarray, P: np.ndarray, C: np.ndarray, V: 
         str_chars=str_chars,
         str_len=str_len,
     )
+
+
+_SIG_CODE = {"L": 2, "s": 3}  # integers are the arguments neither code marks
+_SIG_MAX_ARGS = 12  # later arguments all count as the 12th (no step of TVM's takes more than 5)
+
+
+def signature_code(sig: str) -> tuple[int, int]:
+    """``readers.ANSOR_STEP_SIGNATURES``' letters as ``_signatures`` numbers a step: (the sum of code * 4**index
+    over its lists and strings, its number of arguments)."""
+    return sum(_SIG_CODE[c] << (2 * min(i, _SIG_MAX_ARGS)) for i, c in enumerate(sig) if c != "i"), len(sig)
+
+
+def _signatures(SS: np.ndarray, IL: np.ndarray, sq: np.ndarray, cnt: np.ndarray) -> np.ndarray:
+    """Per step (its '[' token in ``SS``): the first half of ``signature_code``, from where its int lists (``IL``)
+    and strings other than the kind (``sq``) sit among its values; ``cnt`` is the packed running count of
+    ``_analyze`` (step ints, int lists and strings in bits 16, 32 and 48), so a value's index is the count of
+    values since its step began."""
+    if len(SS) == 0:
+        return _E64
+    at = np.concatenate((IL, sq))
+    step = np.searchsorted(SS, at, side="right") - 1
+    d = cnt.take(at - 1) - cnt.take(SS).take(step)  # the step's values before it
+    arg = ((d >> 16) & _FIELD) + ((d >> 32) & _FIELD) + ((d >> 48) & _FIELD)
+    np.minimum(arg, _SIG_MAX_ARGS, out=arg)
+    code = np.full(len(at), 2, dtype=np.int64)
+    code[len(IL):] = 3
+    return np.bincount(step, weights=code << (2 * arg), minlength=len(SS)).astype(np.int64)
 
 
 def _numbers(cb, P, dP, V, k):

@@ -120,9 +120,48 @@ def _as_int(v):
     return x
 
 
-# every step kind TVM's auto_scheduler writes (src/auto_scheduler/transform_step.cc, StepReadFromRecord): another
-# kind makes TVM's own reader fail the line, so it is quarantined (_scan.c keeps the same list)
-ANSOR_STEP_KINDS = frozenset({"AN", "FU", "PR", "RE", "SP", "FSP", "FFSP", "SA", "CA", "CI", "CR", "CHR", "CHW", "RF"})
+# Every step kind TVM's auto_scheduler writes, with the arguments its reader takes, in order
+# (src/auto_scheduler/transform_step.cc: StepReadFromRecord and each step's ``Step(dmlc::JSONReader*)``; the steps
+# reader in measure_record.cc then checks the step's list has ended). "i" is an integer (null and booleans are read
+# as integers, as before), "L" a list of integers, "s" a string. A step of another kind, or with other arguments,
+# makes TVM's own reader fail the line, so it is quarantined: an argument missing, added or out of order would
+# otherwise move every later value of the step into another feature. _scan.c and fast_steps.py keep the same table.
+ANSOR_STEP_ARGS = {
+    "AN": (("stage_id", "i"), ("iter_id", "i"), ("annotation", "i")),
+    "FU": (("stage_id", "i"), ("fused_ids", "L")),
+    "PR": (("stage_id", "i"), ("iter_id", "i"), ("pragma_type", "s")),
+    "RE": (("stage_id", "i"), ("after_ids", "L")),
+    "SP": (("stage_id", "i"), ("iter_id", "i"), ("extent", "i"), ("lengths", "L"), ("inner_to_outer", "i")),
+    "FSP": (("stage_id", "i"), ("iter_id", "i"), ("src_step_id", "i"), ("n_split", "i")),
+    "FFSP": (("stage_id", "i"), ("iter_id", "i"), ("src_step_ids", "L"), ("level", "i"), ("factor_or_nparts", "i")),
+    "SA": (("stage_id", "i"), ("iter_id", "i"), ("factor", "i"), ("offset", "i")),
+    "CA": (("stage_id", "i"), ("target_stage_id", "i"), ("target_iter_id", "i")),
+    "CI": (("stage_id", "i"),),
+    "CR": (("stage_id", "i"),),
+    "CHR": (("stage_id", "i"), ("scope_name", "s"), ("reader_stage_ids", "L")),
+    "CHW": (("stage_id", "i"), ("scope_name", "s")),
+    "RF": (("stage_id", "i"), ("iter_id", "i"), ("factor_iter_id", "i")),
+}
+ANSOR_STEP_KINDS = frozenset(ANSOR_STEP_ARGS)
+ANSOR_STEP_SIGNATURES = {k: "".join(t for _, t in v) for k, v in ANSOR_STEP_ARGS.items()}  # "SP": "iiiLi"
+
+
+def ansor_step_signature(args) -> str:
+    """The layout of a step's arguments (after its kind) in ``ANSOR_STEP_ARGS``' letters; "?" for a value no
+    argument can be (a float, an object)."""
+    out = []
+    for a in args:
+        t = type(a)
+        out.append("i" if t is int or t is bool or a is None else "L" if t is list else "s" if t is str else "?")
+    return "".join(out)
+
+
+def _bad_step_args(step: list) -> str:
+    """The quarantine reason for a step of a known kind whose arguments are not the ones TVM reads."""
+    kind = step[0]
+    want = ", ".join(f"{n} (a list)" if t == "L" else f"{n} (a string)" if t == "s" else n
+                     for n, t in ANSOR_STEP_ARGS[kind])
+    return f"step {kind} takes [{want}] as TVM reads it, not {str(step)[:80]}"
 DEVICE_ATTRS = ("arch", "mcpu", "model", "mtriple")  # the target attributes that tell one machine from another
 
 
@@ -420,6 +459,8 @@ class _Columns:
                 raise ValueError(f"step is not a list starting with its kind: {str(s)[:60]}")
             if s[0] not in ANSOR_STEP_KINDS:
                 raise ValueError(f"unknown step kind {s[0][:20]!r} (TVM writes {', '.join(sorted(ANSOR_STEP_KINDS))})")
+            if ansor_step_signature(s[1:]) != ANSOR_STEP_SIGNATURES[s[0]]:
+                raise ValueError(_bad_step_args(s))
             kinds.append(s[0])
             for a in s[1:]:
                 t = type(a)
@@ -438,14 +479,10 @@ class _Columns:
                     lists_inner_off.append(len(lists_val))
                 elif t is str:
                     strs_val.append(a)
-                elif t is float:
-                    floats_val.append(a)
                 elif a is None:
                     ints_val.append(-1)
-                elif t is bool:
+                else:  # a bool (the signature let nothing else through)
                     ints_val.append(int(a))
-                else:
-                    raise ValueError(f"unexpected {t.__name__} in step {s[0]}")
             ints_off.append(len(ints_val))
             lists_off.append(len(lists_inner_off) - 1)
             strs_off.append(len(strs_val))
@@ -1253,7 +1290,8 @@ def read_metaschedule(workload_path: Path, record_path: Path, source_file: str, 
         yield b
 
 
-READER_VERSION = "2"  # 2: MetaSchedule records' workload_args from their args_info (1: always empty)
+READER_VERSION = "3"  # 3: Ansor steps whose arguments are not the ones TVM reads are quarantined (2: MetaSchedule
+# records' workload_args from their args_info; 1: always empty)
 
 
 def ms_workload_args(args_info) -> list[float]:

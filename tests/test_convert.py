@@ -696,6 +696,41 @@ def test_malformed_lines_are_quarantined_with_file_and_line(tmp_path):
     assert "unknown log version 'v9.9'" in q["reason"][2]
 
 
+def test_steps_tvm_would_not_read_are_quarantined(tmp_path, monkeypatch):
+    """A step laid out otherwise than TVM's reader takes its kind (readers.ANSOR_STEP_ARGS: an SP step is stage,
+    iterator, extent, lengths, inner-to-outer) is a malformed line, on the compiled path and the Python one alike:
+    quarantined with file, line and reason, not typed into features with its values shifted."""
+    from tenset_curate.readers import ANSOR_STEP_SIGNATURES
+
+    src = sorted((REAL / "ansor" / "roller-k80" / "conv").glob("*.gz"))[0]
+    good = [x for x in gzip.open(src).read().split(b"\n") if x][:6]
+    rec = orjson.loads(good[1])
+    steps = rec["i"][1][1]
+    sp = next(i for i, st in enumerate(steps) if st[0] == "SP")
+    assert ANSOR_STEP_SIGNATURES["SP"] == "iiiLi" and [type(a) for a in steps[sp][1:]] == [int, int, int, list, int]
+
+    def with_step(step):
+        return orjson.dumps({**rec, "i": [rec["i"][0], [rec["i"][1][0], steps[:sp] + [step] + steps[sp + 1:]]]})
+
+    s0 = steps[sp]
+    swapped = with_step([s0[0], s0[1], s0[2], s0[4], s0[3], s0[5]])  # lengths moved before the extent
+    short = with_step(s0[:5])  # inner_to_outer missing
+    fu = with_step(["FU", s0[1], 3])  # an int where TVM reads the fused iterators' list
+    lines = [good[0], swapped, good[2], short, fu, good[3], with_step(list(s0))]
+    for pure in ("0", "1"):
+        d = tmp_path / f"pure{pure}"
+        d.mkdir()
+        (d / "x.json").write_bytes(b"\n".join(lines))
+        monkeypatch.setenv("TENSET_CURATE_PURE_PYTHON", pure)
+        t = convert([d / "x.json"], d / "ds")["totals"]
+        assert (t["lines"], t["rows"], t["quarantined"]) == (7, 4, 3), pure
+        q = pl.read_parquet(str(d / "ds/quarantine/*.parquet")).sort("line")
+        assert q["line"].to_list() == [2, 4, 5] and q["source_file"].to_list() == ["x.json"] * 3
+        assert all("step SP takes [stage_id, iter_id, extent, lengths (a list), inner_to_outer]" in r
+                   for r in q["reason"][:2]), q["reason"].to_list()
+        assert "step FU takes [stage_id, fused_ids (a list)]" in q["reason"][2]
+
+
 def test_a_truncated_gzip_log_keeps_every_line_before_the_cut(tmp_path):
     """A gzip log cut short (a copy or a tuning run interrupted) keeps every whole line it holds; the line the cut
     goes through is the one quarantined, with the file and line. (The reader lost the whole read block the cut fell

@@ -184,6 +184,18 @@ CASES = [
     b'[[""]]',
     b'[["AN",[]]]',
     b'[["AN",[],[],[]],["SP",[1],[-2,3]]]',
+    # laid out as TVM reads each kind (readers.ANSOR_STEP_ARGS), with edge values
+    b'[["SP",-1,0,9223372036854775807,[9223372036854775807,-9223372036854775808,1234567890123456789],-9223372036854775808]]',
+    b'[["AN",10,99,100],["FSP",999,1000,12345678,1234567890123456],["FFSP",0,1,[],-5,-55],["SA",0,0,0,0]]',
+    b'[["SP",null,true,false,[null,true,false,3],1],["RF",1,2,3],["CR",0]]',
+    b'[["PR",1,2,"[1,2]"],["CHW",0,"\\""],["FU",0,[]],["RE",1,[2,1,0]],["CA",1,2,3]]',
+    # and not: an argument out of order, missing, added, or a float
+    b'[["SP",1,0,[2],4,1]]',
+    b'[["CHR",2,[3],"shared"]]',
+    b'[["CI",1,2]]',
+    b'[["CA",1,2]]',
+    b'[["AN",1,2,1.5]]',
+    b'[["FU",0,1]]',
     b'[["AN",-1,0,-0,9223372036854775807,-9223372036854775808]]',
     b'[["AN",[9223372036854775807,-9223372036854775808,1234567890123456789]]]',
     b'[["AN",9223372036854775808]]',  # beyond int64: orjson reads it as an int
@@ -283,7 +295,7 @@ def test_empty_batch():
 
 
 def test_typical_record_stays_fast():
-    assert _fast_only([CASES[0], b"[]", b'[["AN",[],-12,"x y",[1000000,-3]]]'])
+    assert _fast_only([CASES[0], b"[]", b'[["SP",0,-12,1000000,[1000000,-3],0],["CHR",1,"x y",[]],["CI",7]]'])
     assert not _fast_only([b'[["AN",null]]'])
     assert not _fast_only([b'[["AN","\\""]]'])
 
@@ -331,7 +343,20 @@ _floats = st.floats(allow_nan=True, allow_infinity=True)
 _list_elem = st.one_of(_ints, st.none(), st.booleans())
 _good_arg = st.one_of(_ints, _ints, _text, st.lists(_ints, max_size=6), st.lists(_list_elem, max_size=4), st.none(),
                       st.booleans(), _floats)
-_good_step = st.builds(lambda k, a: [k, *a], _kind, st.lists(_good_arg, max_size=7))
+_any_step = st.builds(lambda k, a: [k, *a], _kind, st.lists(_good_arg, max_size=7))
+# a step laid out as TVM reads its kind (readers.ANSOR_STEP_ARGS): the records the fast path types itself
+_sig_arg = {"i": st.one_of(_ints, _ints, _ints, st.none(), st.booleans()), "L": st.lists(_list_elem, max_size=6),
+            "s": _text}
+_sig_arg_valid = {"i": _ints, "L": st.lists(_ints, max_size=6), "s": _text}
+
+
+def _laid_out(args: dict):
+    return st.sampled_from(sorted(readers.ANSOR_STEP_SIGNATURES.items())).flatmap(
+        lambda ks: st.tuples(*[args[c] for c in ks[1]]).map(lambda a: [ks[0], *a]))
+
+
+_typed_step = _laid_out(_sig_arg)
+_good_step = st.one_of(_typed_step, _typed_step, _any_step)
 _bad_arg = st.one_of(
     st.dictionaries(st.text(max_size=3), _ints, max_size=2),
     st.lists(st.one_of(_text, _floats, st.lists(_ints, max_size=2), st.just({})), min_size=1, max_size=3).map(
@@ -348,7 +373,9 @@ _bad_step = st.one_of(
 )
 _record = st.lists(st.one_of(_good_step, _good_step, _good_step, _bad_step), max_size=12)
 _valid_record = st.lists(
-    st.builds(lambda k, a: [k, *a], _kind, st.lists(st.one_of(_ints, _text, st.lists(_ints, max_size=6)), max_size=7)),
+    st.one_of(_laid_out(_sig_arg_valid), _laid_out(_sig_arg_valid), _laid_out(_sig_arg_valid),
+              st.builds(lambda k, a: [k, *a], _kind,
+                        st.lists(st.one_of(_ints, _text, st.lists(_ints, max_size=6)), max_size=7))),
     max_size=12,
 )
 
@@ -403,20 +430,29 @@ def test_hypothesis_mutated_bytes(records, data):
     check(out)
 
 
+def _int_steps(xs: list) -> tuple[bytes, list]:
+    """A record holding ``xs`` as the integers of FSP steps (four each, the last padded with 0) and as the list of
+    one RE step, laid out as TVM reads them; with the integers the steps hold, in order."""
+    padded = xs + [0] * (-len(xs) % 4)
+    steps = [["FSP", *padded[i:i + 4]] for i in range(0, len(padded), 4)] + [["RE", 0, xs]]
+    return orjson.dumps(steps), padded + [0]
+
+
 @given(st.lists(st.integers(I64_MIN, I64_MAX), min_size=1, max_size=50))
 def test_hypothesis_ints_roundtrip(xs):
-    blob = orjson.dumps([["AN", *xs], ["SP", xs]])
+    blob, ints = _int_steps(xs)
     arr, bad = check([blob])
     assert not bad
-    assert arr[0].as_py()[0]["ints"] == xs and arr[0].as_py()[1]["lists"] == [xs]
+    steps = arr[0].as_py()
+    assert [x for s in steps for x in s["ints"]] == ints and steps[-1]["lists"] == [xs]
     assert _fast_only([blob])
 
 
 def test_int_parsing_exhaustive_small():
     xs = list(range(-1200, 1200)) + [10**k for k in range(19)] + [-(10**k) for k in range(19)]
     xs += [10**k - 1 for k in range(1, 19)] + [I64_MAX, I64_MIN, I64_MAX - 1, I64_MIN + 1]
-    blob = orjson.dumps([["AN", *xs], ["SP", xs]])
+    blob, ints = _int_steps(xs)
     arr, bad = check([blob])
-    assert not bad and arr[0].as_py()[0]["ints"] == xs
+    assert not bad and arr[0].as_py()[-1]["lists"] == [xs]
     vals = np.asarray(arr.flatten().field("ints").flatten())
-    assert vals.tolist() == xs
+    assert vals.tolist() == ints

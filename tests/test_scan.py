@@ -280,8 +280,15 @@ def _cases() -> dict[str, tuple[bytes, bool | None]]:
         "error_no 2**31": (with_r_tail(b'2147483648, 1.5, 1600000000'), False),
         "error_no 7 all_cost null ts float": (with_r_tail(b"7, null, 1600000000.25"), True),
         "all_cost string": (with_r_tail(b'0, "x", 1600000000'), False),
-        "step null arg": (s[:first_step] + b'["AN", null, true, false, 2.5, "s", [1, null, true]], ' +
-                          s[first_step:], True),
+        "step null arg": (s[:first_step] + b'["SP", null, true, false, [1, null, true], 0], ' + s[first_step:], True),
+        # arguments TVM's reader does not take for the kind (readers.ANSOR_STEP_ARGS): both quarantine the line
+        "step float arg": (s[:first_step] + b'["AN", 1, 2, 2.5], ' + s[first_step:], False),
+        "step string for int": (s[:first_step] + b'["AN", 1, 2, "s"], ' + s[first_step:], False),
+        "step list for int": (s[:first_step] + b'["CA", 1, [2], 3], ' + s[first_step:], False),
+        "step int for list": (s[:first_step] + b'["FU", 1, 2], ' + s[first_step:], False),
+        "step args out of order": (s[:first_step] + b'["CHR", 1, [2], "shared"], ' + s[first_step:], False),
+        "step arg missing": (s[:first_step] + b'["SP", 1, 0, 128, [2, 4]], ' + s[first_step:], False),
+        "step arg added": (s[:first_step] + b'["CI", 1, 0], ' + s[first_step:], False),
         # a kind TVM does not write: its reader fails the line (StepReadFromRecord), so both quarantine it
         "step kind unknown": (s[:first_step] + b'["ZZ", 1, 2], ' + s[first_step:], False),
         "step float in list": (s[:first_step] + b'["XX", [1.5]], ' + s[first_step:], False),
@@ -517,19 +524,23 @@ def test_ms_trace_matches_the_python_path():
 
 
 def test_the_scanner_knows_the_step_kinds_the_python_reader_knows(tmp_path):
-    """_scan.c keeps its own copy of readers.ANSOR_STEP_KINDS: every kind on the list is a row on both paths, and
-    the two lists are the same (a kind only the scanner knew would be a row there and quarantined here)."""
+    """_scan.c keeps its own copy of readers.ANSOR_STEP_ARGS' kinds and layouts: a step of every kind, laid out as
+    TVM reads it, is a row on both paths, and the two tables are the same (a kind or layout only the scanner knew
+    would be a row there and quarantined here)."""
     import re
 
-    from tenset_curate.readers import ANSOR_STEP_KINDS
+    from tenset_curate.readers import ANSOR_STEP_KINDS, ANSOR_STEP_SIGNATURES
 
     src = (Path(__file__).resolve().parents[1] / "tenset_curate" / "_scan.c").read_text()
-    array = src[src.index("static int known_step_kind"):]
-    array = array[array.index("{", array.index("kinds[]")): array.index("};")]
-    assert set(re.findall(r'"([A-Z]+)"', array)) == ANSOR_STEP_KINDS
+    array = src[src.index("step_args[] = {"):]
+    array = array[: array.index("};")]
+    assert dict(re.findall(r'\{"([A-Z]+)", "([iLs]*)"\}', array)) == ANSOR_STEP_SIGNATURES
+    assert set(ANSOR_STEP_SIGNATURES) == ANSOR_STEP_KINDS
     s = _seed()
     first_step = s.index(b"[[\"", s.index(b"[[], [")) + 1
-    lines = [s[:first_step] + f'["{k}", 0, 1], '.encode() + s[first_step:] for k in sorted(ANSOR_STEP_KINDS)]
+    arg = {"i": "3", "L": "[0, 1]", "s": '"local"'}
+    lines = [s[:first_step] + f'["{k}", {", ".join(arg[c] for c in sig)}], '.encode() + s[first_step:]
+             for k, sig in sorted(ANSOR_STEP_SIGNATURES.items())]
     p = tmp_path / "kinds.json"
     p.write_bytes(assemble(lines))
     both = read_both(p)
