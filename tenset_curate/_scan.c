@@ -994,8 +994,9 @@ static int ms_value(PyObject **L, PyObject *a, int depth) {
     return 0;
 }
 
-/* one literal input of an instruction (SSA names are dropped) */
-static int ms_input(PyObject **L, PyObject *a) {
+/* one literal input of an instruction (SSA names are dropped: counted in *names when they start with an ASCII letter
+   or '_') */
+static int ms_input(PyObject **L, PyObject *a, Py_ssize_t *names) {
     if (PyLong_CheckExact(a)) {
         int r = int64_ok(a);
         return r ? r : PyList_Append(L[L_INTS], a);
@@ -1012,7 +1013,10 @@ static int ms_input(PyObject **L, PyObject *a) {
         while (j > i && s[j - 1] == '"') j--;
         return append_new(L[L_STRS], PyUnicode_Substring(a, i, j));
     }
-    if (s[0] != '-' && (s[0] < '0' || s[0] > '9')) return 0; /* an SSA name */
+    if (s[0] != '-' && (s[0] < '0' || s[0] > '9')) { /* an SSA name */
+        if ((s[0] >= 'a' && s[0] <= 'z') || (s[0] >= 'A' && s[0] <= 'Z') || s[0] == '_') (*names)++;
+        return 0;
+    }
     Py_ssize_t k = 0;
     while (k < n && s[k] == '-') k++;
     if (k == n) return 0; /* lstrip("-") leaves "": not digits */
@@ -1044,10 +1048,19 @@ static int ms_trace_into(PyObject **L, PyObject *insts, PyObject *decisions, PyO
             return MS_UNSURE;
         PyObject *inputs = PyList_GET_ITEM(inst, 1), *attrs = PyList_GET_ITEM(inst, 2);
         if (!PyList_CheckExact(inputs) || !PyList_CheckExact(attrs)) return MS_UNSURE;
-        if (PyList_Append(L[L_KIND], PyList_GET_ITEM(inst, 0))) return -1;
+        PyObject *kind = PyList_GET_ITEM(inst, 0);
+        if (PyList_Append(L[L_KIND], kind)) return -1;
+        Py_ssize_t names = 0;
         for (Py_ssize_t i = 0; i < PyList_GET_SIZE(inputs); i++) {
-            int r = ms_input(L, PyList_GET_ITEM(inputs, i));
+            int r = ms_input(L, PyList_GET_ITEM(inputs, i), &names);
             if (r) return r;
+        }
+        /* readers.MS_LOOP_LIST_KINDS: one -1 per loop taken, as a list */
+        if (PyUnicode_CompareWithASCIIString(kind, "Fuse") == 0 ||
+            PyUnicode_CompareWithASCIIString(kind, "Reorder") == 0) {
+            for (Py_ssize_t i = 0; i < names; i++)
+                if (append_new(L[L_LISTS], PyLong_FromLong(-1))) return -1;
+            if (append_len(L[L_INNER_OFF], L[L_LISTS], 0)) return -1;
         }
         for (Py_ssize_t i = 0; i < PyList_GET_SIZE(attrs); i++) {
             PyObject *a = PyList_GET_ITEM(attrs, i);

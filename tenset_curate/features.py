@@ -34,8 +34,9 @@ dropped, because each lost what the models rank with:
   every Ansor number measured so far;
 - counting only the steps that become tokens in ``log_n_steps``: no gain (0.896 either way).
 
-What stays different: MetaSchedule's Fuse and Reorder give no list length (the reader keeps no loop names), and
-the tile slots above.
+What stays different: the tile slots above. (Version 3: MetaSchedule's Fuse and Reorder give their number of
+loops, ``log_list_items``, as Ansor's FU and RE do; the reader counts the loops the instruction names,
+``readers.MS_LOOP_LIST_KINDS``. Version 2 gave them none.)
 
 Version 2 against version 1 on bennu-a100-resnet34 (20,112 real A100 programs; split seeds 0-2, model seed 0;
 throwaway ``/tmp`` script over ``train_model`` / ``evaluate_model``), mean PCA / top-1: within-task GBDT 0.898 /
@@ -64,7 +65,7 @@ NUMERIC = ["log_extent", "log_len1", "log_len2", "log_len3", "log_len4", "log_le
            "log_list_items"]
 SEQ_LEN = 64
 TOKEN_DIM = len(PRIMS) + len(ANNOTATIONS) + len(NUMERIC)
-FEATURE_VERSION = f"tok2-L{SEQ_LEN}-D{TOKEN_DIM}"
+FEATURE_VERSION = f"tok3-L{SEQ_LEN}-D{TOKEN_DIM}"
 
 # step kind (Ansor short name or MetaSchedule instruction) -> primitive; absent kinds are dropped
 ANSOR_KIND_TO_PRIM = {

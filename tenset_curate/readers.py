@@ -143,6 +143,9 @@ ANSOR_STEP_ARGS = {
     "RF": (("stage_id", "i"), ("iter_id", "i"), ("factor_iter_id", "i")),
 }
 ANSOR_STEP_KINDS = frozenset(ANSOR_STEP_ARGS)
+# MetaSchedule instructions whose inputs are the loops they act on, as Ansor's FU and RE list their iterators: the
+# reader keeps how many (_Columns._add_ms_trace_py; _scan.c's ms_trace keeps the same list)
+MS_LOOP_LIST_KINDS = frozenset({"Fuse", "Reorder"})
 ANSOR_STEP_SIGNATURES = {k: "".join(t for _, t in v) for k, v in ANSOR_STEP_ARGS.items()}  # "SP": "iiiLi"
 
 
@@ -516,7 +519,10 @@ class _Columns:
 
     def _add_ms_trace_py(self, insts: list, decisions: list) -> int:
         """The reference (and fallback) path of ``add_ms_trace``: literal inputs inline (SSA names are skipped on
-        their first character), attributes and decisions by ``_add_ms_value``."""
+        their first character), attributes and decisions by ``_add_ms_value``. A Fuse or Reorder
+        (``MS_LOOP_LIST_KINDS``) also gets, first among its lists, one -1 per loop it takes (an input that is an SSA
+        name: a first character that is an ASCII letter or '_'), as an Ansor FU or RE step lists its iterators: the
+        number of loops fused or reordered is the instruction's parameter."""
         dec = {}
         for d in decisions:
             if type(d) is not list or len(d) != 2 or type(d[0]) is not int:
@@ -535,7 +541,8 @@ class _Columns:
             if type(inputs) is not list or type(attrs) is not list:
                 raise ValueError(f"malformed trace instruction {kind}")
             kinds_append(kind)
-            for a in inputs:  # SSA names are dropped; literal inputs are kept
+            n_names = 0
+            for a in inputs:  # SSA names are dropped (counted); literal inputs are kept
                 t = type(a)
                 if t is str:
                     if a:
@@ -544,10 +551,15 @@ class _Columns:
                             strs_append(a.strip('"'))
                         elif (c == "-" or c.isdigit()) and _is_int_str(a):  # an SSA name starts with a letter
                             ints_append(_i64(int(a)))
+                        elif c.isascii() and (c.isalpha() or c == "_"):
+                            n_names += 1
                 elif t is int:
                     ints_append(_i64(a))
                 elif t is float:
                     floats_append(a)
+            if kind in MS_LOOP_LIST_KINDS:  # the loops it takes, one -1 each (named, not numbered, in a trace)
+                self.lists_val.extend([-1] * n_names)
+                lists_inner_off.append(len(self.lists_val))
             for a in attrs:
                 add_value(a)
             if idx in dec:
@@ -1290,8 +1302,9 @@ def read_metaschedule(workload_path: Path, record_path: Path, source_file: str, 
         yield b
 
 
-READER_VERSION = "3"  # 3: Ansor steps whose arguments are not the ones TVM reads are quarantined (2: MetaSchedule
-# records' workload_args from their args_info; 1: always empty)
+READER_VERSION = "3"  # 3: Ansor steps whose arguments are not the ones TVM reads are quarantined, and MetaSchedule's
+# Fuse and Reorder keep how many loops they take (2: MetaSchedule records' workload_args from their args_info; 1: always
+# empty)
 
 
 def ms_workload_args(args_info) -> list[float]:

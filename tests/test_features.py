@@ -42,7 +42,27 @@ def col(name: str) -> int:
 
 
 def test_the_feature_version_says_the_vocabulary_changed():
-    assert FEATURE_VERSION.startswith("tok2-")  # models of version 1 are refused, not misread
+    assert FEATURE_VERSION.startswith("tok3-")  # models of versions 1 and 2 are refused, not misread
+
+
+def test_fuse_and_reorder_give_their_number_of_loops_from_both_sources():
+    """Ansor's FU lists the iterators it fuses, MetaSchedule's Fuse names its loops as inputs (the reader keeps one
+    -1 per loop, readers.MS_LOOP_LIST_KINDS): four loops fused is log2(5) in log_list_items from either source, and
+    so is a reorder of four loops (version 2 gave MetaSchedule's none)."""
+    from tenset_curate.readers import _Columns
+
+    c = _Columns()
+    c.add_ms_trace([["Fuse", ["l1", "l2", "l3", "l4"], [1], ["l5"]], ["Reorder", ["l5", "l6", "l7", "l8"], [], []],
+                    ["Fuse", ["l9"], [0], ["l10"]]], [])
+    ms = [step(k, c.ints_val[c.ints_off[i]:c.ints_off[i + 1]],
+               [c.lists_val[c.lists_inner_off[j]:c.lists_inner_off[j + 1]]
+                for j in range(c.lists_off[i], c.lists_off[i + 1])]) for i, k in enumerate(c.step_kind)]
+    assert [s["lists"] for s in ms] == [[[-1] * 4], [[-1] * 4], [[-1]]]
+    ansor = [step("FU", [2], [[0, 1, 2, 3]]), step("RE", [2], [[3, 2, 1, 0]]), step("FU", [2], [[0]])]
+    t, m = tokens_of(ansor, ms)
+    assert m.sum(1).tolist() == [3, 3]
+    assert t[:, :3, col("log_list_items")] == pytest.approx(np.log2([[5, 5, 2]] * 2))
+    assert t[0, :, col("fuse")].tolist() == t[1, :, col("fuse")].tolist()
 
 
 def test_a_tile_keeps_every_factor_and_no_stage_from_metaschedule():

@@ -437,7 +437,8 @@ MS_VALUES = [0, -1, 7, 1 << 63, -(1 << 63), (1 << 63) - 1, -(1 << 63) - 1, True,
              "", "x", "b0", '"q"', '""', '"', '"a"b"', "-", "--", "-3", "--3", "12", "007", "-0", "1" * 19, "1" * 20,
              "9223372036854775807", "9223372036854775808", "-9223372036854775808", "1a", "1_000", "²", "٣", "ä",
              '"ä"', None, [], [1, 2], [1, 2.0], [2.5], [1, "a"], [True, 1], [[1, 2], [3]], [1, 1 << 63], [1.0, 1 << 1100],
-             [1 << 1100], {"b": 1, "a": [1]}, [{"k": 1}], [None, [None]], (1,), 1j]
+             [1 << 1100], {"b": 1, "a": [1]}, [{"k": 1}], [None, [None]], (1,), 1j,
+             "l7", "_t", "Z", "-x", "$v", "ä1"]  # the last six: loop names a Fuse or Reorder counts, and not
 
 
 def _deep(n):
@@ -481,7 +482,9 @@ def _ms_traces(traces: list):
                 decs.append([rng.choice([-1, 0, len(insts), len(insts) + 5, True]), rng.choice(values)])
             elif r < 0.85 and insts:
                 insts[rng.randrange(len(insts))] = rng.choice(values + [["K", [], [], []], ["K", "x", [], []],
-                                                                        ["K", [], [], [], []], [1, [], [], []]])
+                                                                        ["K", [], [], [], []], [1, [], [], []],
+                                                                        ["Fuse", ["l1", "_2", "3", "-x"], [1], []],
+                                                                        ["Reorder", ["ä", "B", '"s"'], [], []]])
             elif decs and isinstance(d := decs[rng.randrange(len(decs))], list):
                 decs.append(list(d))  # the same index twice: the last one counts
         yield insts, decs
