@@ -479,9 +479,9 @@ static int parse_value(Parser *p, int depth) {
 
 /* ------------------------------------------------------------------------------------------------ strings */
 
-/* the string's value (escapes decoded) into scratch; returns its length or -1 on no memory */
 /* readers.ANSOR_STEP_ARGS: every step kind TVM's auto_scheduler writes and the layout of the arguments its reader
-   takes ("i" an integer, null or boolean; "L" a list; "s" a string); readers.ANSOR_STEP_SIGNATURES */
+   takes ("i" an integer, null or boolean; "L" a list; "s" a string); readers.ANSOR_STEP_SIGNATURES. The layout is
+   checked, not the values' ranges (TVM reads an int32, a bool for SP's inner_to_outer) */
 static const struct {
     const char *kind, *sig;
 } step_args[] = {{"AN", "iii"},  {"FU", "iL"},   {"PR", "iis"},    {"RE", "iL"},   {"SP", "iiiLi"},
@@ -496,6 +496,7 @@ static const char *step_signature(const void *p, Py_ssize_t n) {
     return NULL;
 }
 
+/* the string's value (escapes decoded) into scratch; returns its length or -1 on no memory */
 static Py_ssize_t str_value(const uint8_t *line, const Node *nd, Buf *scratch) {
     scratch->n = 0;
     if (!nd->esc) {

@@ -27,8 +27,8 @@ Anything the fast path does not handle exactly (backslash escapes, floats/expone
 objects, whitespace, non-ASCII text, integers beyond int64, strings holding ``[``/``]``/``,``, malformed step
 shapes, records of >= 65000 tokens; and whole batches of fewer than 8 records) is routed per record to the slow
 path: ``orjson.loads`` + the reference's Python logic, so the result and the reason strings are the reference's.
-One deliberate difference: an integer outside int64 (orjson reads up to 2**64-1) makes the reference crash the
-whole batch; here the record is reported as malformed ("integer ... out of int64 range").
+An integer outside int64 (orjson reads up to 2**64-1) makes the record malformed on both paths ("integer ... out of
+int64 range").
 """
 from __future__ import annotations
 

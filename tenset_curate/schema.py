@@ -35,7 +35,8 @@ task_id          hex digest of (workload_key, target_kind): one tuning task
 steps            the schedule, typed: list of {kind, ints, lists, strs, floats}. Ansor: one item per step
                  (``SP`` with ints [stage, iter, extent, inner_to_outer] and lists [[lengths]]). MetaSchedule:
                  one item per trace instruction; ``ints`` holds integer attrs, ``lists`` holds list attrs and the
-                 instruction's decision, ``strs`` the string attrs (inputs are SSA names and are dropped)
+                 instruction's decision, ``strs`` the string attrs (inputs are SSA names and are dropped; a Fuse or
+                 Reorder first gets one -1 per loop it names, as a list: readers.MS_LOOP_LIST_KINDS)
 n_steps          len(steps)
 costs            the measured costs in seconds, as logged (placeholders such as 1e10 kept)
 mean_cost        mean of costs for a valid measurement, as float32 (7 significant digits; Ansor logs costs with 6, and
