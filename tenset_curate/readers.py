@@ -123,10 +123,11 @@ def _as_int(v):
 # Every step kind TVM's auto_scheduler writes, with the arguments its reader takes, in order
 # (src/auto_scheduler/transform_step.cc: StepReadFromRecord and each step's ``Step(dmlc::JSONReader*)``; the steps
 # reader in measure_record.cc then checks the step's list has ended). "i" is an integer (null and booleans are read
-# as integers, as before), "L" a list of integers, "s" a string. The layout is checked, not the values' ranges (TVM
-# reads an int32, and a bool for SP's inner_to_outer and FFSP's factor_or_nparts). A step of another kind, or with other arguments,
+# as integers, as before), "L" a list of integers, "s" a string. A step of another kind, or with other arguments,
 # makes TVM's own reader fail the line, so it is quarantined: an argument missing, added or out of order would
-# otherwise move every later value of the step into another feature. _scan.c and fast_steps.py keep the same table.
+# otherwise move every later value of the step into another feature. The layout is checked, not the values' ranges
+# (TVM reads an int32, and a bool for SP's inner_to_outer and FFSP's factor_or_nparts). _scan.c and fast_steps.py
+# keep the same table.
 ANSOR_STEP_ARGS = {
     "AN": (("stage_id", "i"), ("iter_id", "i"), ("annotation", "i")),
     "FU": (("stage_id", "i"), ("fused_ids", "L")),
@@ -144,10 +145,10 @@ ANSOR_STEP_ARGS = {
     "RF": (("stage_id", "i"), ("iter_id", "i"), ("factor_iter_id", "i")),
 }
 ANSOR_STEP_KINDS = frozenset(ANSOR_STEP_ARGS)
+ANSOR_STEP_SIGNATURES = {k: "".join(t for _, t in v) for k, v in ANSOR_STEP_ARGS.items()}  # "SP": "iiiLi"
 # MetaSchedule instructions whose inputs are the loops they act on, as Ansor's FU and RE list their iterators: the
 # reader keeps how many (_Columns._add_ms_trace_py; _scan.c's ms_trace keeps the same list)
 MS_LOOP_LIST_KINDS = frozenset({"Fuse", "Reorder"})
-ANSOR_STEP_SIGNATURES = {k: "".join(t for _, t in v) for k, v in ANSOR_STEP_ARGS.items()}  # "SP": "iiiLi"
 
 
 def ansor_step_signature(args) -> str:
@@ -166,6 +167,8 @@ def _bad_step_args(step: list) -> str:
     want = ", ".join(f"{n} (a list)" if t == "L" else f"{n} (a string)" if t == "s" else n
                      for n, t in ANSOR_STEP_ARGS[kind])
     return f"step {kind} takes [{want}] as TVM reads it, not {str(step)[:80]}"
+
+
 DEVICE_ATTRS = ("arch", "mcpu", "model", "mtriple")  # the target attributes that tell one machine from another
 
 
@@ -501,9 +504,10 @@ class _Columns:
     def add_ms_trace(self, insts: list, decisions: list) -> int:
         """Append a MetaSchedule trace: one step per instruction, its decision folded in. A step holds the literal
         inputs (SSA names are dropped; a Fuse or Reorder counts its loops, ``_add_ms_trace_py``) and the
-        attributes, then the instruction's decision, each value in its typed list. The compiled ``_scan.ms_trace`` does it where it is sure to do what ``_add_ms_trace_py`` does
-        (tests/test_scan.py compares the two on every real trace and on mutated ones); otherwise, or with the
-        compiled path off (``scan_enabled``), the Python path runs."""
+        attributes, then the instruction's decision, each value in its typed list. The compiled ``_scan.ms_trace``
+        does it where it is sure to do what ``_add_ms_trace_py`` does (tests/test_scan.py compares the two on every
+        real trace and on mutated ones); otherwise, or with the compiled path off (``scan_enabled``), the Python path
+        runs."""
         if _ms_trace is not None and scan_enabled():
             mark = self.mark()
             n = _ms_trace(insts, decisions, self.step_lists())

@@ -62,7 +62,8 @@ def test_metaschedule_fuse_and_reorder_keep_their_loop_count_in_the_data_not_the
         ms = [step(k, c.ints_val[c.ints_off[i]:c.ints_off[i + 1]],
                    [c.lists_val[c.lists_inner_off[j]:c.lists_inner_off[j + 1]]
                     for j in range(c.lists_off[i], c.lists_off[i + 1])]) for i, k in enumerate(c.step_kind)]
-        assert [s["lists"] for s in ms] == [[[-1] * 4], [[-1] * 4], [[-1]]] and [s["ints"] for s in ms] == [[1], [], [0]]
+        assert [s["lists"] for s in ms] == [[[-1] * 4], [[-1] * 4], [[-1]]]
+        assert [s["ints"] for s in ms] == [[1], [], [0]]
     assert got[0] == got[1] and readers._ms_trace is not None
     ansor = [step("FU", [2], [[0, 1, 2, 3]]), step("RE", [2], [[3, 2, 1, 0]]), step("FU", [2], [[0]])]
     t, m = tokens_of(ansor, ms)
