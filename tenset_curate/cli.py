@@ -124,6 +124,12 @@ def convert(
                    f"{t['comments']}" + (f" + workload rows {t['workload_rows']}" if t.get("workload_rows") else "")
                    + (f" + workloads.json entries {t['network_entries']}" if t.get("network_entries") else "")
                    + f"  [{'balanced' if t['balanced'] else 'UNBALANCED'}]; failed measurements {t['failed']}")
+        if s.get("quarantine_reasons"):
+            shown = sum(r["lines"] for r in s["quarantine_reasons"])
+            typer.echo(f"quarantined lines, by reason{' (the commonest)' if shown < t['quarantined'] else ''}; "
+                       f"every one: curate sql \"SELECT source_file, line, reason FROM quarantine\" -d {out}")
+            for r in s["quarantine_reasons"]:
+                typer.echo(f"  {r['lines']} x {r['reason']} (first: {r['first']})")
         for hw, n in s["rows_per_hardware"].items():
             typer.echo(f"  {hw}: {n} rows")
         if s["hardware_rules"]:

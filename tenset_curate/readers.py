@@ -1142,6 +1142,9 @@ ANSOR_VERSIONS = frozenset(f"v0.{i}" for i in range(1, 7))  # a line without "v"
 def _add_ansor_record(cols: _Columns, rec, raw: bytes, lineno: int, st: FileStats) -> None:
     if type(rec) is not dict:
         raise ValueError("record is not a JSON object")
+    for k in ("i", "r"):
+        if k not in rec:
+            raise ValueError(f"record has no key {k!r} (an Ansor record holds 'i', 'r' and 'v')")
     inp = rec["i"]
     res = rec["r"]
     version = rec.get("v", "v0.1")

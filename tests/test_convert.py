@@ -729,6 +729,24 @@ def test_steps_tvm_would_not_read_are_quarantined(tmp_path, monkeypatch):
         assert all("step SP takes [stage_id, iter_id, extent, lengths (a list), inner_to_outer]" in r
                    for r in q["reason"][:2]), q["reason"].to_list()
         assert "step FU takes [stage_id, fused_ids (a list)]" in q["reason"][2]
+    # curate convert names the reasons and their first lines without a query
+    from typer.testing import CliRunner
+
+    from tenset_curate.cli import app
+
+    d = tmp_path / "cli"
+    d.mkdir()
+    (d / "x.json").write_bytes(b"\n".join(lines + [b"{not json", b'{"i": 1}']))
+    r = CliRunner().invoke(app, ["convert", str(d / "x.json"), "--out", str(d / "ds")])
+    assert r.exit_code == 0, r.output
+    shown = [x.strip() for x in r.output.splitlines() if " x " in x]
+    assert shown == [
+        "2 x step SP takes [stage_id, iter_id, extent, lengths (a list), inner_to_outer] as TVM reads it "
+        "(first: x.json line 2)",
+        "1 x step FU takes [stage_id, fused_ids (a list)] as TVM reads it (first: x.json line 5)",
+        "1 x invalid JSON (first: x.json line 8)",
+        "1 x record has no key 'r' (an Ansor record holds 'i', 'r' and 'v') (first: x.json line 9)"], r.output
+    assert f'curate sql "SELECT source_file, line, reason FROM quarantine" -d {d / "ds"}' in r.output
 
 
 def test_a_truncated_gzip_log_keeps_every_line_before_the_cut(tmp_path):
