@@ -124,12 +124,7 @@ def convert(
                    f"{t['comments']}" + (f" + workload rows {t['workload_rows']}" if t.get("workload_rows") else "")
                    + (f" + workloads.json entries {t['network_entries']}" if t.get("network_entries") else "")
                    + f"  [{'balanced' if t['balanced'] else 'UNBALANCED'}]; failed measurements {t['failed']}")
-        if s.get("quarantine_reasons"):
-            shown = sum(r["lines"] for r in s["quarantine_reasons"])
-            typer.echo(f"quarantined lines, by reason{' (the commonest)' if shown < t['quarantined'] else ''}; "
-                       f"every one: curate sql \"SELECT source_file, line, reason FROM quarantine\" -d {out}")
-            for r in s["quarantine_reasons"]:
-                typer.echo(f"  {r['lines']} x {r['reason']} (first: {r['first']})")
+        _echo_quarantine_reasons(s.get("quarantine_reasons"), t["quarantined"], out)
         for hw, n in s["rows_per_hardware"].items():
             typer.echo(f"  {hw}: {n} rows")
         if s["hardware_rules"]:
@@ -177,6 +172,7 @@ def info(dataset: Path = typer.Argument(...), json_out: bool = typer.Option(Fals
         _print_json(s)
         return
     typer.echo(f"{dataset}: {s['records']} records, {s['tasks']} tasks, {s['quarantined']} quarantined lines")
+    _echo_quarantine_reasons(s.get("quarantine_reasons"), s["quarantined"], dataset)
     typer.echo(f"{'hardware':<24}{'operator':<14}{'records':>9}{'tasks':>7}{'failed':>9}")
     for r in s["by_hardware_operator"]:
         typer.echo(f"{r['hardware']:<24}{r['op_class']:<14}{r['records']:>9}{r['tasks']:>7}{r['failure_rate']:>9.2%}")
@@ -193,6 +189,17 @@ def info(dataset: Path = typer.Argument(...), json_out: bool = typer.Option(Fals
                if sp.get("pruned") else "")
         typer.echo(f"split {sp['name']} ({sp['scheme']}): {counts}{src}")
     _warn_several_targets(s["targets"])
+
+
+def _echo_quarantine_reasons(reasons: list | None, total: int, dataset: Path) -> None:
+    """``dataset_info.quarantine_reasons``, one line each, and the query that lists every quarantined line."""
+    if not reasons:
+        return
+    shown = sum(r["lines"] for r in reasons)
+    typer.echo(f"quarantined lines, by reason{' (the commonest)' if shown < total else ''}; every one: "
+               f"curate sql \"SELECT source_file, line, reason FROM quarantine\" -d {dataset}")
+    for r in reasons:
+        typer.echo(f"  {r['lines']} x {r['reason']} (first: {r['first']})")
 
 
 def _message(e: Exception) -> str:

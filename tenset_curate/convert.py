@@ -579,6 +579,8 @@ def convert(inputs: list, out: Path, hardware: str | None = None, workers: int =
         removed += _remove_orphans(out, manifest)
         atomic_write_json(out / MANIFEST, manifest)
         catalog_built = _build_catalog(out)
+    from .dataset_info import quarantine_reasons  # (polars: not imported by the workers)
+
     summary = summarize(manifest)
     summary.update({
         "dataset": str(out),
@@ -600,32 +602,6 @@ def convert(inputs: list, out: Path, hardware: str | None = None, workers: int =
         "quarantine_reasons": quarantine_reasons(out) if summary["totals"]["quarantined"] else [],
     })
     return summary
-
-
-QUARANTINE_REASONS_SHOWN = 5
-
-
-def quarantine_reasons(dataset: Path, top: int = QUARANTINE_REASONS_SHOWN) -> list[dict]:
-    """What the dataset's quarantine holds, by kind of reason, the most lines first (at most ``top`` kinds):
-    ``{"reason", "lines", "first"}``, ``first`` naming the first such line (file and line). A reason's kind is its
-    text without the reader's prefixes ("invalid record: ", the error's class, "malformed steps: ") and up to the
-    first ", not " or ": ", where the line's own values follow. ``curate convert`` prints them, so a malformed line
-    is named without a query; ``curate sql "SELECT * FROM quarantine"`` lists every one."""
-    import polars as pl
-
-    files = sorted((Path(dataset) / "quarantine").glob("*.parquet"))
-    if not files:
-        return []
-    q = pl.read_parquet(files, columns=["source_file", "line", "reason"])
-    kind = (pl.col("reason").str.replace(r"^(invalid record: )?([A-Za-z]+Error: )?(malformed steps: )?", "")
-            .str.split(", not ").list.first().str.split(": ").list.first())
-    g = (q.with_columns(kind.alias("kind")).sort("source_file", "line", nulls_last=True)
-         .group_by("kind", maintain_order=True)
-         .agg(pl.len().alias("lines"), pl.first("source_file"), pl.first("line"))
-         .sort("lines", descending=True, maintain_order=True).head(top))
-    return [{"reason": r["kind"], "lines": int(r["lines"]),
-             "first": r["source_file"] + (f" line {r['line']}" if r["line"] is not None else "")}
-            for r in g.iter_rows(named=True)]
 
 
 def _bar(total: int, progress: bool):

@@ -10,7 +10,8 @@ from .readers import DEVICE_COLUMNS, devices_by_hardware
 
 
 def dataset_info(dataset: Path) -> dict:
-    """What ``curate info`` prints: records, tasks and quarantined lines; per (hardware, operator class) records,
+    """What ``curate info`` prints: records, tasks and quarantined lines (by kind of reason,
+    ``quarantine_reasons``); per (hardware, operator class) records,
     tasks and failure rate; the rules that named the operator classes; per hardware its target kinds (several:
     one name over several machines); the splits it holds (scheme, counts, and for a split ``curate prune --split``
     carried, where from); for a pruned dataset, what it was pruned from and how. FileNotFoundError when
@@ -36,7 +37,7 @@ def dataset_info(dataset: Path) -> dict:
     q = sorted((dataset / "quarantine").glob("*.parquet"))
     nq = pl.scan_parquet(q).select(pl.len()).collect().item() if q else 0
     return {"dataset": str(dataset), "records": recs.height, "tasks": recs.select("hardware", "task_id").n_unique(),
-            "quarantined": nq, "by_hardware_operator": by.to_dicts(), "splits": splits, "pruned_from": pruned,
+            "quarantined": nq, "quarantine_reasons": quarantine_reasons(dataset) if nq else [], "by_hardware_operator": by.to_dicts(), "splits": splits, "pruned_from": pruned,
             "op_rules": dict(ops.group_by("op_rule").len().sort("op_rule").iter_rows()),
             # per hardware, the target kinds and the devices (readers.device_of) of its records: more than one is
             # one name for several machines
@@ -58,3 +59,28 @@ def pruned_from(dataset: Path) -> dict | None:
     if not isinstance(man, dict) or "pruned_from" not in man:
         return None
     return {"from": man["pruned_from"], **(man.get("prune") or {})}
+
+
+QUARANTINE_REASONS_SHOWN = 5
+
+
+def quarantine_reasons(dataset: Path, top: int = QUARANTINE_REASONS_SHOWN) -> list[dict]:
+    """What the dataset's quarantine holds, by kind of reason, the most lines first (at most ``top`` kinds):
+    ``{"reason", "lines", "first"}``, ``first`` naming the first such line (file and line). A reason's kind is its
+    text without the reader's prefixes ("invalid record: ", the error's class, "malformed steps: ") and up to the
+    first ", not " or ": ", where the line's own values follow. ``curate convert`` and ``curate info`` print them, so
+    a malformed line is named without a query; ``curate sql "SELECT * FROM quarantine"`` lists every one."""
+    files = sorted((Path(dataset) / "quarantine").glob("*.parquet"))
+    if not files:
+        return []
+    q = pl.read_parquet(files, columns=["source_file", "line", "reason"])
+    kind = (pl.col("reason").str.replace(r"^(invalid record: )?([A-Za-z]+Error: )?(malformed steps: )?", "")
+            .str.split(", not ").list.first().str.split(": ").list.first())
+    g = (q.with_columns(kind.alias("kind")).sort("source_file", "line", nulls_last=True)
+         .group_by("kind", maintain_order=True)
+         .agg(pl.len().alias("lines"), pl.first("source_file"), pl.first("line"))
+         .sort("lines", descending=True, maintain_order=True).head(top))
+    return [{"reason": r["kind"], "lines": int(r["lines"]),
+             "first": r["source_file"] + (f" line {r['line']}" if r["line"] is not None else "")}
+            for r in g.iter_rows(named=True)]
+

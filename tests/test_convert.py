@@ -747,6 +747,8 @@ def test_steps_tvm_would_not_read_are_quarantined(tmp_path, monkeypatch):
         "1 x invalid JSON (first: x.json line 8)",
         "1 x record has no key 'r' (an Ansor record holds 'i', 'r' and 'v') (first: x.json line 9)"], r.output
     assert f'curate sql "SELECT source_file, line, reason FROM quarantine" -d {d / "ds"}' in r.output
+    r2 = CliRunner().invoke(app, ["info", str(d / "ds")])  # and curate info, later
+    assert r2.exit_code == 0 and [x.strip() for x in r2.output.splitlines() if " x " in x] == shown, r2.output
 
 
 def test_a_truncated_gzip_log_keeps_every_line_before_the_cut(tmp_path):
