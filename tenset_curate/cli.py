@@ -124,11 +124,11 @@ def convert(
                    f"{t['comments']}" + (f" + workload rows {t['workload_rows']}" if t.get("workload_rows") else "")
                    + (f" + workloads.json entries {t['network_entries']}" if t.get("network_entries") else "")
                    + f"  [{'balanced' if t['balanced'] else 'UNBALANCED'}]; failed measurements {t['failed']}")
-        _echo_quarantine_reasons(s.get("quarantine_reasons"), t["quarantined"], out)
         for hw, n in s["rows_per_hardware"].items():
             typer.echo(f"  {hw}: {n} rows")
         if s["hardware_rules"]:
             typer.echo("hardware named by: " + ", ".join(f"{k} ({v})" for k, v in s["hardware_rules"].items()))
+        _echo_quarantine_reasons(s.get("quarantine_reasons"), t["quarantined"], out)
         _warn_several_targets(s.get("hardware_of_several_targets", {}))
         if s.get("splits_outdated"):
             typer.echo(f"warning: split(s) {', '.join(s['splits_outdated'])} were made before this convert: the "
@@ -196,8 +196,8 @@ def _echo_quarantine_reasons(reasons: list | None, total: int, dataset: Path) ->
     if not reasons:
         return
     shown = sum(r["lines"] for r in reasons)
-    typer.echo(f"quarantined lines, by reason{' (the commonest)' if shown < total else ''}; every one: "
-               f"curate sql \"SELECT source_file, line, reason FROM quarantine\" -d {dataset}")
+    typer.echo(f"the dataset's quarantined lines, by reason{' (the commonest)' if shown < total else ''}; "
+               f"every one: curate sql \"SELECT source_file, line, reason FROM quarantine\" -d {dataset}")
     for r in reasons:
         typer.echo(f"  {r['lines']} x {r['reason']} (first: {r['first']})")
 
