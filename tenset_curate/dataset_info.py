@@ -73,13 +73,13 @@ def quarantine_reasons(dataset: Path, top: int = QUARANTINE_REASONS_SHOWN) -> li
     files = sorted((Path(dataset) / "quarantine").glob("*.parquet"))
     if not files:
         return []
-    q = pl.read_parquet(files, columns=["source_file", "line", "reason"])
     kind = (pl.col("reason").str.replace(r"^(invalid record: )?([A-Za-z]+Error: )?(malformed steps: )?", "")
             .str.split(", not ").list.first().str.split(": ").list.first())
-    g = (q.with_columns(kind.alias("kind")).sort("source_file", "line", nulls_last=True)
-         .group_by("kind", maintain_order=True)
-         .agg(pl.len().alias("lines"), pl.first("source_file"), pl.first("line"))
-         .sort("lines", descending=True, maintain_order=True).head(top))
+    first = pl.struct("source_file", "line").sort_by("source_file", "line", nulls_last=True).first()
+    g = (pl.scan_parquet(files).select(kind.alias("kind"), "source_file", "line")
+         .group_by("kind").agg(pl.len().alias("lines"), first.alias("first"))  # aggregates only: any size
+         .collect().unnest("first").sort(["lines", "source_file", "line"], descending=[True, False, False],
+                                         nulls_last=True).head(top))
     return [{"reason": r["kind"], "lines": int(r["lines"]),
              "first": r["source_file"] + (f" line {r['line']}" if r["line"] is not None else "")}
             for r in g.iter_rows(named=True)]
