@@ -11,11 +11,10 @@ from .readers import DEVICE_COLUMNS, devices_by_hardware
 
 def dataset_info(dataset: Path) -> dict:
     """What ``curate info`` prints: records, tasks and quarantined lines (by kind of reason,
-    ``quarantine_reasons``); per (hardware, operator class) records,
-    tasks and failure rate; the rules that named the operator classes; per hardware its target kinds (several:
-    one name over several machines); the splits it holds (scheme, counts, and for a split ``curate prune --split``
-    carried, where from); for a pruned dataset, what it was pruned from and how. FileNotFoundError when
-    ``dataset`` holds no records."""
+    ``quarantine_reasons``); per (hardware, operator class) records, tasks and failure rate; the rules that named
+    the operator classes; per hardware its target kinds (several: one name over several machines); the splits it
+    holds (scheme, counts, and for a split ``curate prune --split`` carried, where from); for a pruned dataset, what
+    it was pruned from and how. FileNotFoundError when ``dataset`` holds no records."""
     from .prune import record_files
     from .splits import split_info
 
@@ -37,7 +36,8 @@ def dataset_info(dataset: Path) -> dict:
     q = sorted((dataset / "quarantine").glob("*.parquet"))
     nq = pl.scan_parquet(q).select(pl.len()).collect().item() if q else 0
     return {"dataset": str(dataset), "records": recs.height, "tasks": recs.select("hardware", "task_id").n_unique(),
-            "quarantined": nq, "quarantine_reasons": quarantine_reasons(dataset) if nq else [], "by_hardware_operator": by.to_dicts(), "splits": splits, "pruned_from": pruned,
+            "quarantined": nq, "quarantine_reasons": quarantine_reasons(dataset) if nq else [],
+            "by_hardware_operator": by.to_dicts(), "splits": splits, "pruned_from": pruned,
             "op_rules": dict(ops.group_by("op_rule").len().sort("op_rule").iter_rows()),
             # per hardware, the target kinds and the devices (readers.device_of) of its records: more than one is
             # one name for several machines
@@ -83,4 +83,3 @@ def quarantine_reasons(dataset: Path, top: int = QUARANTINE_REASONS_SHOWN) -> li
     return [{"reason": r["kind"], "lines": int(r["lines"]),
              "first": r["source_file"] + (f" line {r['line']}" if r["line"] is not None else "")}
             for r in g.iter_rows(named=True)]
-

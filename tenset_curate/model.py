@@ -149,9 +149,9 @@ Step dropout (``step_dropout``; attention only, 0 by default: off)
     layouts with steps missing, as an operator it never trained on writes them. Measured with
     ``benchmarks/attention_loss.py --splits no_depthwise no_dense no_pooling --seeds 0 1 2 3 4 --hp
     step_dropout=0.1`` (session 31, stopped after pooling's fourth seed; ``positions="kind"`` by the split rule),
-    PCA / top-1 / top-5 against the default's
-    five seeds (reports/model_splits.md): depthwise held out 0.697 / 0.768 / 0.888 against 0.686 / 0.761 / 0.880
-    (top-1 sd over seeds 0.017 against 0.037; four seeds of five 10 points over a random pick, against three);
+    PCA / top-1 / top-5 against the default's five seeds (reports/model_splits.md): depthwise held out 0.697 / 0.768 /
+    0.888 against 0.686 / 0.761 / 0.880 (top-1 sd over seeds 0.017 against 0.037; four seeds of five 10 points over a
+    random pick, against three);
     dense held out 0.627 / 0.727 / 0.924 against 0.623 / 0.736 / 0.918; pooling held out seeds 0-3 0.849 / 0.947 /
     0.963, 0.871 / 0.925 / 0.995, 0.721 / 0.987 / 0.990 and 0.562 / 0.386 / 0.598, where every seed of the default
     ranks its top-1 at 0.96 or more. With 0.2, depthwise seeds 0-2 0.697 / 0.757 / 0.879. Leaving out split tokens

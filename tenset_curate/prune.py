@@ -801,7 +801,6 @@ def _stage_split_by_unit(dataset: Path, split: str, units: list[dict], stage: Pa
     return rows
 
 
-
 LIGHT_COLUMNS = ["hardware", "task_id", "record_id", "is_valid", "mean_cost", "costs"]  # what random's pass 1 reads
 
 
