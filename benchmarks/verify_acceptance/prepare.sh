@@ -22,9 +22,15 @@ for d in ds ds-pruned-v2; do
   # session 5: within-task flat features only
   curate train $A/$d --split wt --model attention --out $A/models/attn-tr-$tag --seed 0 --json --raw-tokens
 done
-# session 8: the pruned set of today's `curate prune` (hybrid keeps each task's fastest programs first), for
-# reports/verify-current (notes_current.md); attn-tk-full above is its full-data twin
+# session 8: the pruned set of today's `curate prune` (hybrid keeps each task's fastest programs first), for the
+# tok1-era run of reports/verify-current (in git history before session 33); attn-tk-full above is its full-data twin
 rm -rf $A/ds-pruned-v3
 curate prune $A/ds --ratio 0.45 --method hybrid --seed 0 --out $A/ds-pruned-v3 --json
 curate splits make $A/ds-pruned-v3 --scheme within-task --name wt --seed 0 --json
 curate train $A/ds-pruned-v3 --split wt --model attention --out $A/models/attn-tk-pruned-v3 --seed 0 --json
+# session 33: reports/verify-current (notes_current.md), today's features (tok2) and defaults; the pruned twin prunes
+# only the split's training records (`--split wt`), so both models stop early on the same validation records
+rm -rf $A/ds-pruned-tok2
+curate prune $A/ds --ratio 0.45 --method hybrid --seed 0 --split wt --out $A/ds-pruned-tok2 --json
+curate train $A/ds --split wt --model attention --out $A/models/attn-tok2-full --seed 0 --json
+curate train $A/ds-pruned-tok2 --split wt --model attention --out $A/models/attn-tok2-pruned --seed 0 --json
