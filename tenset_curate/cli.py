@@ -141,16 +141,27 @@ def convert(
 
 @app.command()
 def sql(
-    query: str = typer.Argument(..., help="a read-only SELECT over the catalog views"),
-    dataset: Path = typer.Option(Path("."), "--dataset", "-d", help="dataset folder"),
+    args: List[str] = typer.Argument(..., metavar="[DATASET] QUERY", show_default=False,
+                                     help="a read-only SELECT over the catalog views, after the dataset folder if "
+                                          "it is given here rather than with -d"),
+    dataset: Optional[Path] = typer.Option(None, "--dataset", "-d", help="dataset folder [default: .]"),
     fmt: str = typer.Option("table", "--format", "-f", help="table | csv | json"),
 ):
-    """Run a read-only SQL query over a dataset's catalog (records, quarantine, tasks, split_<name>, ...)."""
+    """Run a read-only SQL query over a dataset's catalog (records, quarantine, tasks, split_<name>, ...):
+    curate sql DATASET QUERY, like the other commands, or curate sql QUERY -d DATASET."""
     from .catalog import SQLRefused, run_sql
     from .storage import IncompleteDataset
 
     if fmt not in ("table", "csv", "json"):  # run_sql's "arrow" is a Python object, not text to print
         _fail(f"--format must be table, csv or json, not {fmt!r}")
+    if len(args) > 2:
+        _fail(f"curate sql takes [DATASET] QUERY, not {len(args)} arguments (quote the query)")
+    query = args[-1]
+    if len(args) == 2:  # curate sql DATASET QUERY
+        if dataset is not None:
+            _fail(f"the dataset is given twice ({args[0]!r} and -d {str(dataset)!r}): give it once")
+        dataset = Path(args[0])
+    dataset = Path(".") if dataset is None else dataset
     try:
         typer.echo(run_sql(dataset, query, fmt=fmt), nl=False)
     except (SQLRefused, IncompleteDataset) as e:
@@ -278,8 +289,8 @@ def prune(
         sp = s.get("split")
         what = (f"split {sp['name']}'s training part {sp['train_before']} -> {sp['train_after']} records, its other "
                 f"{sp['kept_whole']} kept" if sp else f"{s['records_before']} -> {s['records_after']} records")
-        typer.echo(f"{s['method']}: {what} (removed {s['ratio_achieved']:.2%}, asked {ratio:.0%}) in {s['seconds']} s;"
-                   f" report: {Path(out) / 'prune_report.md'}")
+        typer.echo(f"{s['method']}: {what} (removed {s['ratio_achieved']:.2%}, asked {_percent(ratio)}) in "
+                   f"{s['seconds']} s; report: {Path(out) / 'prune_report.md'}")
         for k in ("split_warning", "warning"):
             if k in s:
                 typer.echo("warning: " + s[k], err=True)
@@ -291,6 +302,12 @@ def prune(
                 if k in ev:
                     typer.echo(f"  {k}: {ev[k]}")
             typer.echo("  " + paired_sentence(ev, method).replace("`", ""))
+
+
+def _percent(x: float) -> str:
+    """``x`` as a percentage with the digits it has (0.45 -> 45%, 0.999 -> 99.9%): ``:.0%`` said a request of
+    0.999 was one of 100%."""
+    return f"{round(x * 100, 6):g}%"
 
 
 @splits_app.command("make")

@@ -789,6 +789,13 @@ def test_cli_convert_info_sql(tmp_path):
     assert json.loads(r.stdout)[0]["n"] == s["totals"]["rows"]
     r = CliRunner().invoke(app, ["sql", "DROP VIEW records", "-d", str(tmp_path / "ds")])
     assert r.exit_code != 0
+    # the dataset first, as every other command takes it (it was "Got unexpected extra argument(s)")
+    r = CliRunner().invoke(app, ["sql", str(tmp_path / "ds"), "SELECT count(*) AS n FROM records", "-f", "json"])
+    assert r.exit_code == 0 and json.loads(r.stdout)[0]["n"] == s["totals"]["rows"], r.output
+    r = CliRunner().invoke(app, ["sql", str(tmp_path / "ds"), "SELECT 1", "-d", str(tmp_path / "ds")])
+    assert r.exit_code == 2 and "the dataset is given twice" in r.output
+    r = CliRunner().invoke(app, ["sql", str(tmp_path / "ds"), "SELECT", "1"])
+    assert r.exit_code == 2 and "takes [DATASET] QUERY, not 3 arguments (quote the query)" in r.output
     r = CliRunner().invoke(app, ["convert", str(tmp_path / "nope"), "--out", str(tmp_path / "ds2")])
     assert r.exit_code == 2 and "nope" in r.output
     r = CliRunner().invoke(app, ["info", str(tmp_path / "nope")])  # a clear error, not a FileNotFoundError traceback

@@ -993,6 +993,10 @@ def test_a_prune_of_a_splits_training_part_keeps_its_other_records_and_the_split
     assert r.exit_code == 2 and "no such split" in r.output and not (tmp_path / "q").exists()
     r = CliRunner().invoke(app, ["prune", str(ds), "--ratio", "0.5", "--split", "wt", "--out", str(tmp_path / "c")])
     assert r.exit_code == 0 and f"split wt's training part {n_train} -> " in r.output, r.output
+    assert ", asked 50%) in " in r.output, r.output
+    from tenset_curate.cli import _percent
+
+    assert [_percent(x) for x in (0.45, 0.7, 0.999, 0)] == ["45%", "70%", "99.9%", "0%"]  # 0.999 said "asked 100%"
     # a split made on the pruned copy itself is told what it does
     r = CliRunner().invoke(app, ["splits", "make", str(tmp_path / "c"), "--scheme", "within-task", "--name", "own"])
     assert r.exit_code == 0 and f"is a pruned copy of {ds}: this split draws its test records from the kept" in r.output
