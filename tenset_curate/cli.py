@@ -499,6 +499,11 @@ def evaluate(
         if one:  # TenSet's definitions: such a task has no pair to rank, and its best pick is its only record
             typer.echo(f"warning: {one} of {s['n_tasks']} tasks have one scored record, which counts PCA 0.5 and "
                        "top-k 1 by TenSet's definition (metrics.py)", err=True)
+        seen = s.get("trained_records_scored")
+        if seen:  # scored on another split than its own: the scores are not of records it has not seen
+            typer.echo(f"warning: {seen['records']} of the {part} part's {seen['of']} records "
+                       f"({seen['records'] / seen['of']:.0%}) are in the training or validation part of split "
+                       f"{seen['split']!r} of {seen['dataset']}, which the model trained on", err=True)
         for name in ("op_class", "hardware"):  # the breakdowns the docstring promises (--json has them too)
             for g, r in s.get(f"by_{name}", {}).items():
                 typer.echo(f"  {name} {g}: PCA {r['pca']:.4f}  top-1 {r['top1']:.4f}  top-5 {r['top5']:.4f}  "

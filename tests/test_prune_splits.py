@@ -739,6 +739,20 @@ def test_evaluating_on_a_split_made_again_since_training_is_refused(pooling, tmp
     for split in ("re", "other"):  # its own split as it was, and another split: scored
         r = CliRunner().invoke(app, ["evaluate", str(tmp_path / "m"), str(ds), "--split", split, "--json"])
         assert r.exit_code == 0, r.output
+        seen = json.loads(r.stdout).get("trained_records_scored")
+        if split == "re":
+            assert seen is None
+    # scored on another split, the model has seen most of its test part, and says so (it said nothing)
+    keys = ["record_id", "hardware", "task_id"]
+    other = pl.read_parquet(ds / "splits" / "other.parquet").filter(pl.col("part") == "test")
+    trained = pl.read_parquet(ds / "splits" / "re.parquet").filter(pl.col("part") != "test")
+    hit = other.join(trained, on=keys, how="semi").height
+    assert 0 < hit < other.height
+    assert seen == {"records": hit, "of": other.height, "split": "re", "dataset": str(ds.resolve())}
+    r = CliRunner().invoke(app, ["evaluate", str(tmp_path / "m"), str(ds), "--split", "other"])
+    assert r.exit_code == 0 and (f"warning: {hit} of the test part's {other.height} records "
+                                 f"({hit / other.height:.0%}) are in the training or validation part of split 're' "
+                                 f"of {ds.resolve()}, which the model trained on") in r.output, r.output
     write_split(ds, "re", "within-task", seed=6)
     r = CliRunner().invoke(app, ["evaluate", str(tmp_path / "m"), str(ds), "--split", "re"])
     assert r.exit_code == 2 and "which has been made again since" in r.output
