@@ -240,9 +240,24 @@ def record_files(dataset: Path) -> list[Path]:
         raise FileNotFoundError(f"{dataset}: no such dataset folder")
     files = sorted((Path(dataset) / "records").glob("*/*.parquet"))
     if not files:
-        raise FileNotFoundError(f"{dataset}: no record shards under records/ (run curate convert first)")
+        raise FileNotFoundError(f"{dataset}: no record shards under records/ ({_why_no_records(Path(dataset))})")
     check_readable(dataset, files)
     return files
+
+
+def _why_no_records(dataset: Path) -> str:
+    """What to do about a dataset folder without records: convert into it, or, when its manifest names inputs that
+    gave no rows (network_info pickles alone give only the networks table), convert the measurement logs into it
+    too (the manifest keeps what came before)."""
+    try:
+        inputs = orjson.loads((dataset / "manifest.json").read_bytes()).get("inputs") or {}
+    except (OSError, orjson.JSONDecodeError, AttributeError):
+        inputs = {}
+    if not isinstance(inputs, dict) or not inputs:
+        return "run curate convert first"
+    kinds = sorted({str(e.get("format")) for e in inputs.values() if isinstance(e, dict)})
+    return (f"its {len(inputs)} converted input(s), of format {', '.join(kinds)}, gave no measurement records: "
+            f"convert the logs into it too, curate convert LOGS --out {dataset}")
 
 
 def load_records(dataset: Path, columns: list[str] | None = None, where: pl.Expr | None = None,

@@ -802,7 +802,15 @@ def test_cli_convert_info_sql(tmp_path):
     assert r.exit_code == 2 and "nope: no such dataset folder" in r.output and isinstance(r.exception, SystemExit)
     (tmp_path / "empty").mkdir()
     r = CliRunner().invoke(app, ["info", str(tmp_path / "empty")])
-    assert r.exit_code == 2 and "no record shards" in r.output
+    assert r.exit_code == 2 and "no record shards" in r.output and "run curate convert first" in r.output
+    # converted, but from network_info alone: it said "run curate convert first" to a dataset just converted
+    r = CliRunner().invoke(app, ["convert", str(REAL / "network_info"), "--out", str(tmp_path / "nets")])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(app, ["info", str(tmp_path / "nets")])
+    assert r.exit_code == 2 and "run curate convert first" not in r.output, r.output
+    n_pickles = len(list((REAL / "network_info").glob("*.task.pkl*")))
+    assert (f"its {n_pickles} converted input(s), of format netinfo, gave no measurement records: convert the logs into it too, "
+            f"curate convert LOGS --out {tmp_path / 'nets'}") in " ".join(r.output.split()), r.output
     r = CliRunner().invoke(app, ["train", str(tmp_path / "nope"), "--split", "s", "--model", "gbdt", "--out",
                                  str(tmp_path / "m")])  # it said "nope/splits/s.parquet: no such split"
     assert r.exit_code == 2 and "nope: not a dataset" in r.output, r.output
