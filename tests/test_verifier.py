@@ -139,7 +139,8 @@ def test_score_map_and_helpers():
 def test_pruned_full_pairs_on_a_real_run():
     """A pruned set remade later is named ``<name>-pruned-<tag>``: it still pairs with ``<name>-full``; and the
     check's geomean is the one computed from the run's own re-measured latencies (reports/verify-current, a real
-    MetaSchedule run on this kind of CPU, whose arms are ``attn-tok2-full`` and ``attn-tok2-pruned``)."""
+    MetaSchedule run on this kind of CPU, whose arms are ``attn-tok2-full``, ``attn-tok2-pruned`` (hybrid) and
+    ``attn-tok2-pruned-density``)."""
     from tenset_curate import verifier as V
 
     assert V._model_pairs(["a-full", "a-pruned", "a-pruned-v3", "b-full", "c-pruned", "a-fuller"]) == [
@@ -148,15 +149,17 @@ def test_pruned_full_pairs_on_a_real_run():
     res = json.loads((ROOT / "reports/verify-current/verify.json").read_text())
     labels = [m["label"] for m in res["models"]]
     acc = V._acceptance(res["workloads"], labels, res["baselines"], res["settings"]["trials"])
-    (pair,) = acc["pruned_vs_full"]
-    assert (pair["full"], pair["pruned"]) == ("attn-tok2-full", "attn-tok2-pruned")
-    lat = [(w["metrics"]["arms"]["attn-tok2-pruned"]["latency_s"]["mean"],
-            w["metrics"]["arms"]["attn-tok2-full"]["latency_s"]["mean"]) for w in res["workloads"]]
-    want = float(np.exp(np.mean([np.log(p / f) for p, f in lat])))
-    assert pair["geomean"] == pytest.approx(want, rel=1e-9)
-    assert pair["passes"] == (want <= 1 + V.PRUNED_WITHIN)
+    assert [(p["full"], p["pruned"]) for p in acc["pruned_vs_full"]] == [
+        ("attn-tok2-full", "attn-tok2-pruned"), ("attn-tok2-full", "attn-tok2-pruned-density")]
     md = "\n".join(V._acceptance_md(acc))
-    assert "`attn-tok2-pruned` / `attn-tok2-full`" in md and "no pair" not in md
+    for pair in acc["pruned_vs_full"]:
+        lat = [(w["metrics"]["arms"][pair["pruned"]]["latency_s"]["mean"],
+                w["metrics"]["arms"]["attn-tok2-full"]["latency_s"]["mean"]) for w in res["workloads"]]
+        want = float(np.exp(np.mean([np.log(p / f) for p, f in lat])))
+        assert pair["geomean"] == pytest.approx(want, rel=1e-9)
+        assert pair["passes"] == (want <= 1 + V.PRUNED_WITHIN)
+        assert f"`{pair['pruned']}` / `attn-tok2-full`" in md
+    assert "no pair" not in md
     none = V._acceptance(res["workloads"], ["attn-tok2-full"], res["baselines"], res["settings"]["trials"])
     assert none["pruned_vs_full"] == [] and "no pair" in "\n".join(V._acceptance_md(none))
 

@@ -34,3 +34,8 @@ rm -rf $A/ds-pruned-tok2
 curate prune $A/ds --ratio 0.45 --method hybrid --seed 0 --split wt --out $A/ds-pruned-tok2 --json
 curate train $A/ds --split wt --model attention --out $A/models/attn-tok2-full --seed 0 --json
 curate train $A/ds-pruned-tok2 --split wt --model attention --out $A/models/attn-tok2-pruned --seed 0 --json
+# session 34: the pruned twin made the way the README advises for shards the attention model trains on (`--method
+# density`; reports/prune_models.md), beside the hybrid one above; the suffix pairs it with attn-tok2-full
+rm -rf $A/ds-pruned-density-tok2
+curate prune $A/ds --ratio 0.45 --method density --seed 0 --split wt --out $A/ds-pruned-density-tok2 --json
+curate train $A/ds-pruned-density-tok2 --split wt --model attention --out $A/models/attn-tok2-pruned-density --seed 0 --json
