@@ -125,15 +125,15 @@ def make_split(records: pl.DataFrame, scheme: str, seed: int = 0, test_fraction:
         part[_within(df, u, test_fraction)] = "test"
         info["test_fraction"] = test_fraction
     elif scheme == "operator":
-        if not holdout:
-            raise ValueError("operator split needs --holdout CLASS[,CLASS]")
         if op_classes is None:
             raise ValueError("operator split needs operator classes")
         oc = df.join(op_classes.select("task_id", "op_class"), on="task_id", how="left")["op_class"].to_numpy()
-        missing = sorted(set(holdout) - set(oc[oc != None].tolist()))  # noqa: E711 (an object array's None)
+        present = sorted(set(oc[oc != None].tolist()))  # noqa: E711 (an object array's None)
+        if not holdout:
+            raise ValueError(f"operator split needs --holdout CLASS[,CLASS]; the data has {present}")
+        missing = sorted(set(holdout) - set(present))
         if missing:
-            raise ValueError(f"no task of class {missing} in the data; it has "
-                             f"{sorted(set(oc[oc != None].tolist()))}")  # noqa: E711
+            raise ValueError(f"no task of class {missing} in the data; it has {present}")
         test = np.isin(oc, holdout)
         part[test] = "test"
         info["holdout"] = holdout
@@ -178,9 +178,9 @@ def make_split(records: pl.DataFrame, scheme: str, seed: int = 0, test_fraction:
         part[df["workload_key"].is_in(held.implode()).to_numpy()] = "test"
         info.update({"test_fraction": test_fraction, "test_tasks": held.len(), "tasks": keys.len()})
     elif scheme == "hardware":
-        if not train_hw or not test_hw:
-            raise ValueError("hardware split needs --train-hw and --test-hw")
         known = set(df["hardware"].unique())
+        if not train_hw or not test_hw:
+            raise ValueError(f"hardware split needs --train-hw and --test-hw; the data has {sorted(known)}")
         missing = sorted(set(train_hw + test_hw) - known)
         if missing:
             raise ValueError(f"hardware {missing} not in the dataset; it has {sorted(known)}")

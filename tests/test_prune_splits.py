@@ -721,6 +721,13 @@ def test_an_operator_split_says_how_many_records_of_no_known_class_train(tmp_pat
     assert r.exit_code == 0, r.output
     assert (f"warning: {unknown.height} records of {unknown['task_id'].n_unique()} tasks have no known operator "
             "class") in r.output
+    # without the option, the error names what there is to hold out (it named only the option)
+    r = CliRunner().invoke(app, ["splits", "make", str(ds), "--scheme", "operator"])
+    assert r.exit_code == 2 and (f"operator split needs --holdout CLASS[,CLASS]; the data has "
+                                 f"{sorted(ops['op_class'].unique().to_list())}") in " ".join(r.output.split())
+    r = CliRunner().invoke(app, ["splits", "make", str(ds), "--scheme", "hardware"])
+    assert r.exit_code == 2 and (f"hardware split needs --train-hw and --test-hw; the data has "
+                                 f"{sorted(recs['hardware'].unique().to_list())}") in " ".join(r.output.split())
 
 
 def test_evaluating_on_a_split_made_again_since_training_is_refused(pooling, tmp_path):
