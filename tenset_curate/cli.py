@@ -425,6 +425,11 @@ def train(
 
     if raw_tokens and model != "attention":
         raise typer.BadParameter("--raw-tokens applies to --model attention only")
+    if epochs is not None and model == "gbdt":  # it was taken and ignored without a word; a loop over the models
+        from .model import GBDTRanker  # with one set of flags still runs
+
+        typer.echo(f"warning: --epochs applies to the neural models (attention, mlp); gbdt boosts up to "
+                   f"{GBDTRanker._defaults['n_estimators']} trees and stops early on the validation PCA", err=True)
     hp = {} if task_relative is None else {"task_relative": task_relative}
     if model == "attention" and (task_relative is False or raw_tokens):
         hp["token_relative"] = False

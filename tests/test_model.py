@@ -728,6 +728,8 @@ def test_a_device_the_model_cannot_train_on_is_refused_before_reading(tmp_path):
         assert isinstance(r.exception, SystemExit)  # a clean exit, not an AssertionError from torch
     r = CliRunner().invoke(app, base + ["--model", "gbdt", "--out", str(tmp_path / "ok")])  # the CPU still trains
     assert r.exit_code == 0 and (tmp_path / "ok" / "config.json").is_file(), r.output
+    assert "warning: --epochs applies to the neural models (attention, mlp); gbdt boosts up to" in r.stderr
+    json.loads(r.stdout)  # --json's output stays one JSON document
 
     # curate evaluate's text prints the per-operator and per-hardware rows its help promises (they were --json only)
     r = CliRunner().invoke(app, ["evaluate", str(tmp_path / "ok"), str(ds), "--split", "within"])
