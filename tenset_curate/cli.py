@@ -304,6 +304,11 @@ def prune(
             typer.echo("  " + paired_sentence(ev, method).replace("`", ""))
 
 
+def _n(n: int, noun: str) -> str:
+    """``n noun`` with the noun in the plural unless n is 1 (it said "10 records of 1 tasks")."""
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def _percent(x: float) -> str:
     """``x`` as a percentage with the digits it has (0.45 -> 45%, 0.999 -> 99.9%): ``:.0%`` said a request of
     0.999 was one of 100%."""
@@ -341,12 +346,12 @@ def splits_make(
     else:
         typer.echo(f"split {s['name']} ({scheme}): " + ", ".join(f"{k} {v}" for k, v in s["counts"].items()))
     if s.get("unknown_class_records"):
-        typer.echo(f"warning: {s['unknown_class_records']} records of {s['unknown_class_tasks']} tasks have no known "
-                   "operator class (features.operator_classes) and stay in training: a held-out class among them "
-                   "is not held out", err=True)
+        typer.echo(f"warning: no known operator class (features.operator_classes) for "
+                   f"{_n(s['unknown_class_records'], 'record')} of {_n(s['unknown_class_tasks'], 'task')}: they stay "
+                   "in training, so a held-out class among them is not held out", err=True)
     if s.get("no_network_records"):
-        typer.echo(f"warning: {s['no_network_records']} records of {s['no_network_tasks']} tasks belong to no network "
-                   "of the networks table and stay in training", err=True)
+        typer.echo(f"warning: in no network of the networks table: {_n(s['no_network_records'], 'record')} of "
+                   f"{_n(s['no_network_tasks'], 'task')}; they stay in training", err=True)
     from .dataset_info import pruned_from
 
     src = (pruned_from(dataset) or {}).get("from")
