@@ -118,9 +118,17 @@ OP_CLASS_RULES = [
     ("dense", re.compile(r"dense|matmul|gemm|(^|[_/+])mm($|[_/+])|linear", re.I)),
     ("pooling", re.compile(r"pool", re.I)),
     ("softmax", re.compile(r"softmax", re.I)),
+    # normalisation layers name themselves (TOPI's rms_norm, layer_norm, group_norm, ...): a reduction over the
+    # normalised axes and an elementwise scale, a schedule space of its own (MLC-LLM's Relax databases)
+    ("norm", re.compile(r"(^|[_/+])(rms|layer|group|instance|batch)_?norm($|[_/+])", re.I)),
     ("reduction", re.compile(r"reduc|(^|[_/+])(sum|mean|argmax|argmin)($|[_/+])", re.I)),
     ("elementwise", re.compile(r"elementwise|(^|[_/+])(T_)?(add|relu|multiply|subtract|divide|exp|sigmoid|tanh|"
                                r"cast|clip|layout_transform|bias_add)($|[_/+])", re.I)),
+    # data movement, TVM's "injective" op pattern (and TE tag) short of elementwise: each output element reads one
+    # input element at a computed index. Last, so an op fused with any of the above takes that class
+    ("injective", re.compile(r"(^|[_/+])(T_)?(injective|reshape|squeeze|transpose|take|expand_dims|strided_slice|"
+                             r"concatenate|gather|gather_nd|scatter|scatter_nd|batch_flatten|broadcast_to)($|[_/+])",
+                             re.I)),
 ]
 OP_CLASSES = [c for c, _ in OP_CLASS_RULES] + ["unknown"]
 

@@ -809,8 +809,8 @@ def test_cli_convert_info_sql(tmp_path):
     r = CliRunner().invoke(app, ["info", str(tmp_path / "nets")])
     assert r.exit_code == 2 and "run curate convert first" not in r.output, r.output
     n_pickles = len(list((REAL / "network_info").glob("*.task.pkl*")))
-    assert (f"its {n_pickles} converted input(s), of format netinfo, gave no measurement records: convert the logs into it too, "
-            f"curate convert LOGS --out {tmp_path / 'nets'}") in " ".join(r.output.split()), r.output
+    assert (f"its {n_pickles} converted input(s), of format netinfo, gave no measurement records: convert the logs "
+            f"into it too, curate convert LOGS --out {tmp_path / 'nets'}") in " ".join(r.output.split()), r.output
     r = CliRunner().invoke(app, ["train", str(tmp_path / "nope"), "--split", "s", "--model", "gbdt", "--out",
                                  str(tmp_path / "m")])  # it said "nope/splits/s.parquet: no such split"
     assert r.exit_code == 2 and "nope: not a dataset" in r.output, r.output

@@ -133,6 +133,31 @@ def test_sparse_dense_is_not_classed_dense():
 
 
 @pytest.mark.skipif(not (REAL / "metaschedule").is_dir(), reason=f"real MetaSchedule databases not under {REAL}")
+def test_relax_data_movement_and_normalisation_tasks_have_a_class(tmp_path):
+    """MLC-LLM's Relax database (TOPI block names): 12 of its 23 tasks were `unknown`, its reshapes, squeezes,
+    transposes and embedding take (TVM's injective op pattern) and its rms_norm; they name their operator, so
+    classing them is no guess. What the names do not say stays unknown, and an op fused with an earlier class keeps
+    that class."""
+    from tenset_curate.convert import convert
+    from tenset_curate.features import operator_classes
+    from tenset_curate.prune import load_records
+
+    convert([REAL / "metaschedule" / "mlc-llm-vicuna-metal"], tmp_path / "ds")
+    recs = load_records(tmp_path / "ds", ["task_id", "workload_name", "workload_key", "source_file"])
+    got = dict(recs.join(operator_classes(recs), on="task_id").select("workload_name", "op_class").unique().iter_rows())
+    assert {n: c for n, c in got.items() if c in ("injective", "norm")} == {
+        "T_reshape": "injective", "T_reshape+T_squeeze": "injective", "T_squeeze": "injective",
+        "T_take": "injective", "T_transpose": "injective", "T_transpose+T_reshape": "injective",
+        "Ared_temp+rms_norm": "norm"}
+    assert "unknown" not in got.values()
+    assert got["T_softmax_maxelem+T_softmax_exp+T_softmax_expsum+T_softmax_norm"] == "softmax"
+    assert got["T_scatter+compute+T_divide_add+T_reshape"] == "elementwise"
+    assert classify_operator("PaddedInput+injective+pad+conv2d_nhwc") == "conv2d"
+    assert classify_operator("T_transpose+T_add") == "elementwise" and classify_operator("tensor") is None
+    assert classify_operator("normal") is None and classify_operator("T_takeover") is None
+
+
+@pytest.mark.skipif(not (REAL / "metaschedule").is_dir(), reason=f"real MetaSchedule databases not under {REAL}")
 def test_real_metaschedule_traces_bind_like_ansor_and_read_their_unroll_samples(tmp_path):
     """On the real databases: every unroll depth is one of the candidates its SampleCategorical offered (version 1
     gave 5,276 records with no unroll sample a depth), and every GPU program binds through the same annotation
