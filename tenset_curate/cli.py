@@ -522,18 +522,24 @@ def evaluate(
 
 @report_app.command("pca")
 def report_pca(
-    dataset: Path = typer.Option(Path("data/sample-cpu"), "--dataset"),
+    dataset_arg: Optional[Path] = typer.Argument(None, metavar="[DATASET]", show_default=False,
+                                                 help="a dataset or logs, as --dataset"),
+    dataset: Optional[Path] = typer.Option(None, "--dataset", help="a dataset or logs [default: data/sample-cpu]"),
     out: Path = typer.Option(Path("reports/pca.md"), "--out", "-o"),
     epochs: int = typer.Option(24, min=1),
     workers: int = typer.Option(2, min=1,
                                 help="processes training the report's models (the report is the same for any)"),
 ):
-    """Train and evaluate the baselines and the attention model on the dataset's splits; one Markdown table."""
+    """Train and evaluate the baselines and the attention model on the dataset's splits; one Markdown table.
+    curate report pca DATASET, like the other commands, or --dataset DATASET (the embedded sample by default)."""
     from .executors import WorkerLost
     from .readers import InputError
     from .report import pca_report
     from .storage import OutputError
 
+    if dataset_arg is not None and dataset is not None:
+        _fail(f"the dataset is given twice ({str(dataset_arg)!r} and --dataset {str(dataset)!r}): give it once")
+    dataset = dataset_arg or dataset or Path("data/sample-cpu")
     try:
         typer.echo(f"wrote {pca_report(dataset, out, epochs=epochs, workers=workers)}")
     except (ValueError, FileNotFoundError, InputError, OutputError, MemoryError, WorkerLost) as e:

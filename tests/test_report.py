@@ -62,6 +62,11 @@ def test_pca_report_refuses_bad_arguments_at_once_and_raises_its_process_errors_
                                  str(tmp_path / "r.md")])
     assert r.exit_code == 2 and "error: no logs found in" in r.output and isinstance(r.exception, SystemExit)
     assert not (tmp_path / "r.md").exists()
+    # the dataset first, as every other command takes it (it was "Got unexpected extra argument(s)")
+    r = CliRunner().invoke(app, ["report", "pca", str(tmp_path / "empty"), "--out", str(tmp_path / "r.md")])
+    assert r.exit_code == 2 and "error: no logs found in" in r.output, r.output
+    r = CliRunner().invoke(app, ["report", "pca", str(tmp_path / "empty"), "--dataset", str(tmp_path / "x")])
+    assert r.exit_code == 2 and "the dataset is given twice" in r.output, r.output
 
 
 def test_mkl_free_numerics_computes_what_torch_computes():
