@@ -353,7 +353,9 @@ def _make_f_build():
     need not be able to import ``tenset_curate``)."""
 
     def f_build(mod, target, _params):
-        from tvm.driver import build as tvm_build  # noqa: PLC0415
+        # what MetaSchedule's default_build calls (tvm.driver.build), without its DeprecationWarning: that function
+        # is now tvm.tirx.build with the "default" pipeline
+        from tvm.tirx import build as tvm_build  # noqa: PLC0415
         from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock  # noqa: PLC0415
 
         mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)

@@ -184,7 +184,7 @@ def _make_failing_f_build(marker: str):
     and otherwise builds normally. A closure, so cloudpickle ships it to the workers by value."""
 
     def f_build(mod, target, _params):
-        from tvm.driver import build as tvm_build
+        from tvm.tirx import build as tvm_build  # collect._make_f_build's build
         from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
 
         if marker in mod.script():
