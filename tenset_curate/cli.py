@@ -375,7 +375,7 @@ def splits_analyze(dataset: Path = typer.Argument(...), name: str = typer.Option
 
     try:
         p = analyze(dataset, name, out)
-    except (FileNotFoundError, ValueError) as e:  # ValueError: storage.IncompleteDataset
+    except (FileNotFoundError, FileExistsError, ValueError) as e:  # ValueError: storage.IncompleteDataset
         _fail(str(e))
     typer.echo(f"wrote {p}")
 
@@ -453,7 +453,7 @@ def train(
         s = train_model(dataset, split, model, out, **({} if epochs is None else {"epochs": epochs}), device=device,
                         seed=seed, progress=not json_out, balance_hardware=balance_hardware, fine_tune=fine_tune,
                         max_per_task=max_per_task, memory_check=memory_check, include_failed=include_failed, **hp)
-    except (ValueError, FileNotFoundError, MemoryError) as e:
+    except (ValueError, FileNotFoundError, FileExistsError, MemoryError) as e:
         _fail(str(e))
     if json_out:
         _print_json(s)

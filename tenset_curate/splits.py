@@ -230,7 +230,7 @@ def check_split_name(dataset: Path | None, name: str, others: list[str] | None =
     splits (None: no dataset yet) or of ``others``."""
     from .catalog import sanitize_name
 
-    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.@-]*", name):
+    if not isinstance(name, str) or not re.fullmatch(SPLIT_NAME, name):
         raise ValueError(f"split name {name!r}: use letters, digits and _ . @ - (it names a file and a SQL view)")
     have = [p.stem for p in sorted((Path(dataset) / "splits").glob("*.parquet"))] if dataset is not None else []
     for other in have + list(others or []):
@@ -303,6 +303,9 @@ def read_split(dataset: Path, name: str) -> pl.DataFrame:
 def split_file(dataset: Path, name: str) -> Path:
     """The split's file, checked (``check_split_file``). FileNotFoundError names the dataset when it is not one,
     else the split."""
+    if not isinstance(name, str) or not re.fullmatch(SPLIT_NAME, name):  # '../splits/wt' read (and analyze wrote)
+        raise ValueError(f"split name {name!r}: no split is named so (a split's name has letters, digits and "
+                         "_ . @ -)")  # outside the folders of the dataset and --out
     p = Path(dataset) / "splits" / f"{name}.parquet"
     if not p.exists() and not (Path(dataset) / "records").is_dir():
         raise FileNotFoundError(f"{dataset}: not a dataset (no records/; make one with curate convert)")
@@ -312,6 +315,7 @@ def split_file(dataset: Path, name: str) -> Path:
     return p
 
 
+SPLIT_NAME = r"[A-Za-z0-9_][A-Za-z0-9_.@-]*"  # a split's name: it names a file and a SQL view
 SPLIT_KEYS = ["record_id", "hardware", "task_id"]  # a split row names its record by all three, as a record's row
 SPLIT_COLUMNS = (*SPLIT_KEYS, "part")
 
@@ -341,8 +345,10 @@ def analyze(dataset: Path, name: str, out_dir: Path) -> Path:
     from .storage import atomic_savefig, atomic_write_text, new_figure
 
     dataset, out_dir = Path(dataset), Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     split = read_split(dataset, name)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise FileExistsError(f"{out_dir}: a file; the report goes into a folder")
+    out_dir.mkdir(parents=True, exist_ok=True)
     info = split_info(dataset, name)
     recs = with_labels(load_records(dataset)).join(split.select("record_id", "part"), on="record_id", how="inner")
     from .prune import schedule_keys

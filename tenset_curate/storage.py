@@ -382,6 +382,8 @@ def check_int(name: str, value, least: int | None = None) -> None:
     CLI's options already had their types and bounds."""
     if not isinstance(value, numbers.Integral) or isinstance(value, bool) or (least is not None and value < least):
         raise ValueError(f"{name} {value!r}: an integer" + (f", at least {least}" if least is not None else ""))
+    if not -(1 << 63) <= value < 1 << 63:  # stored in JSON and hashed as 64 bits: it failed after the work was done
+        raise ValueError(f"{name} {value!r}: an integer of at most 64 bits (under 2**63 in magnitude)")
 
 
 def file_sha256(path: Path, bufsize: int = 1 << 20) -> str:

@@ -464,6 +464,9 @@ def train_model(dataset: Path, split: str, kind: str, out: Path, epochs: int = D
     if kind not in MODEL_KINDS:
         raise ValueError(f"unknown model {kind!r}; choose from {', '.join(MODEL_KINDS)}")
     check_device(kind, device)
+    from .storage import check_int
+
+    check_int("seed", seed, 0)  # it seeds numpy and torch, which take no negative seed
     if Path(out).exists() and not Path(out).is_dir():  # refused after the training, before
         raise FileExistsError(f"{out}: a file; the model is a directory")
     df, hp, share = training_frame(dataset, split, kind, max_per_task, seed, memory_check,

@@ -1137,3 +1137,47 @@ def test_a_split_prune_keeps_held_out_labels_and_refuses_what_it_cannot_prune(tm
     prune(other, out, 0.0, "random", split="w.v2")  # the carried w_v2 has w.v2's view: it goes
     assert sorted(p.name for p in (out / "splits").glob("*.parquet")) == ["ab.old.parquet", "ab.parquet",
                                                                            "w.v2.parquet", "x-y.parquet"]
+
+
+# ------------------------------------------------------------------------------------------ session-34 CLI audit
+
+def test_integers_past_64_bits_and_split_names_that_leave_the_folder_are_refused_before_any_work(pooling, tmp_path):
+    """Found by a CLI fuzz (session 34): a seed of 2**70 pruned and split the whole dataset, then failed writing
+    its JSON ("Integer exceeds 64-bit range"), leaving a pruned folder without records and a split file without its
+    record; --min-keep 10**23 ended in an OverflowError; a negative training seed in numpy's "expected non-negative
+    integer", naming no option; `--name ../splits/wt` was read by train, evaluate and analyze (and analyze wrote
+    its report outside --out); an --out that is a file ended train and analyze in a FileExistsError traceback."""
+    from typer.testing import CliRunner
+
+    from tenset_curate.cli import app
+
+    ds = tmp_path / "ds"
+    shutil.copytree(pooling, ds)
+    write_split(ds, "wt", "within-task", seed=0)
+    big = str(2 ** 70)
+    for argv, said in (
+            (["prune", str(ds), "--ratio", "0.5", "--seed", big, "--out", str(tmp_path / "p")],
+             f"seed {big}: an integer of at most 64 bits"),
+            (["prune", str(ds), "--ratio", "0.5", "--min-keep", str(10 ** 23), "--out", str(tmp_path / "p")],
+             f"min_keep {10 ** 23}: an integer of at most 64 bits"),
+            (["splits", "make", str(ds), "--scheme", "within-task", "--name", "s", "--seed", big],
+             f"seed {big}: an integer of at most 64 bits"),
+            (["train", str(ds), "--split", "wt", "--model", "gbdt", "--seed", "-1", "--out", str(tmp_path / "m")],
+             "seed -1: an integer, at least 0"),
+            (["train", str(ds), "--split", "../splits/wt", "--model", "gbdt", "--out", str(tmp_path / "m")],
+             "split name '../splits/wt': no split is named so"),
+            (["splits", "analyze", str(ds), "--name", "../splits/wt", "--out", str(tmp_path / "a" / "b")],
+             "split name '../splits/wt': no split is named so")):
+        r = CliRunner().invoke(app, argv)
+        assert r.exit_code == 2 and isinstance(r.exception, SystemExit), (argv, r.output)
+        assert said in " ".join(r.output.split()), (argv, r.output)
+    assert not (tmp_path / "p").exists() and not (ds / "splits" / "s.parquet").exists()
+    assert not (tmp_path / "m").exists() and not (tmp_path / "a").exists()
+    (tmp_path / "afile").write_text("x")
+    for argv, said in ((["train", str(ds), "--split", "wt", "--model", "gbdt", "--out", str(tmp_path / "afile")],
+                        "afile: a file; the model is a directory"),
+                       (["splits", "analyze", str(ds), "--name", "wt", "--out", str(tmp_path / "afile")],
+                        "afile: a file; the report goes into a folder")):
+        r = CliRunner().invoke(app, argv)
+        assert r.exit_code == 2 and isinstance(r.exception, SystemExit) and said in r.output, (argv, r.output)
+    assert (tmp_path / "afile").read_text() == "x"
