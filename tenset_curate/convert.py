@@ -59,6 +59,7 @@ from .storage import (
     OutputError,
     atomic_write_json,
     check_int,
+    damaged_shard,
     dataset_lock,
     file_sha256,
     remove_stale_tmp,
@@ -621,7 +622,10 @@ def _bar(total: int, progress: bool):
 
 
 def _outputs_exist(out: Path, entry: dict) -> bool:
-    return all((out / rel).exists() for rel in entry.get("outputs", []))
+    """Every shard the entry's group wrote is there and whole (``storage.damaged_shard``): a shard cut short or
+    emptied since makes its group's inputs convert again, which rewrites it (a re-run skipped them, and the
+    catalog could not be built over it)."""
+    return all((out / rel).exists() and damaged_shard(out / rel) is None for rel in entry.get("outputs", []))
 
 
 def _leave_groups(out: Path, manifest: dict, labels: set) -> list[str]:
@@ -647,7 +651,7 @@ def _leave_groups(out: Path, manifest: dict, labels: set) -> list[str]:
         stay = sorted(label for label, e in inputs.items() if e["group"] == g)
         if not stay:
             continue
-        if not all((out / rel).exists() for rel in outputs):
+        if not _outputs_exist(out, {"outputs": outputs}):
             for label in stay:
                 del inputs[label]
             dropped += stay

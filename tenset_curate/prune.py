@@ -760,7 +760,14 @@ def plan_units(dataset: Path, unit_records: int = UNIT_RECORDS) -> list[dict]:
     owner: dict[tuple[str, str], int] = {}
     rows, first, tasks = [], [], []
     for i, f in enumerate(shards):
-        md = pq.ParquetFile(f).metadata
+        try:
+            md = pq.ParquetFile(f).metadata
+        except OSError as e:  # a footer damaged inside (its magic bytes whole): a thrift traceback
+            from .storage import IncompleteDataset
+
+            raise IncompleteDataset(f"{f}: its Parquet footer cannot be read ({e}): the shard is damaged inside; "
+                                    "remove it and run the command that made the dataset again (curate convert "
+                                    "converts again the inputs whose shard is gone)") from e
         rows.append(md.num_rows)
         ks = _single_task(md)
         if ks is None:

@@ -290,8 +290,43 @@ class DatasetBeingWritten(UserWarning):
     """Records read while a writer holds the dataset: a state between two runs, perhaps."""
 
 
+def unreadable_shard(root: Path) -> tuple[Path, str] | None:
+    """The first record shard of the dataset ``root`` that cannot be read whole (footer, schema and every page), and
+    the reader's message; None when all can. Reads every shard: for an error path, not for every read."""
+    import pyarrow.parquet as pq
+
+    for f in sorted((Path(root) / "records").glob("*/*.parquet")):
+        try:
+            pq.ParquetFile(f).read()
+        except Exception as e:  # noqa: BLE001 - whatever the reader raises is the answer
+            return f, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    return None
+
+
 class IncompleteDataset(ValueError):
     """A dataset whose record shards are not the ones its own record names: a write was interrupted."""
+
+
+PARQUET_MAGIC = b"PAR1"
+
+
+def damaged_shard(path: Path) -> str | None:
+    """Why the Parquet file at ``path`` is not whole, or None: a file cut short (a copy, a full disk) or emptied
+    lacks Parquet's magic bytes at its start or end. Two reads of 4 bytes: it does not read the file, so damage
+    inside the data pages is found only when they are read."""
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as fh:
+            head = fh.read(4)
+            fh.seek(max(size - 4, 0))
+            tail = fh.read(4)
+    except OSError as e:
+        return f"{type(e).__name__}: {e}"
+    if size < 12 or head != PARQUET_MAGIC or tail != PARQUET_MAGIC:
+        return f"not a whole Parquet file ({size} bytes, " + (
+            "too short" if size < 12 else f"starts {head!r}, ends {tail!r}; a Parquet file starts and ends b'PAR1'"
+        ) + ")"
+    return None
 
 
 def named_shards(root: Path) -> set[str] | None:
@@ -352,6 +387,13 @@ def check_readable(root: Path, present: list[Path] | None = None) -> None:
                 ([f"holds {len(extra)} shard(s) its manifest does not name (the first: {extra[0]})"] if extra else [])
                 + ([f"lacks {len(missing)} it names (the first: {missing[0]})"] if missing else []))
             + ": a convert or prune of it was interrupted; run that command again")
+    for f in sorted(files):  # a shard cut short or emptied: every reader ended in a Parquet library's traceback
+        why = damaged_shard(f)
+        if why:
+            raise IncompleteDataset(
+                f"{f}: {why}: the shard is damaged (a copy cut short, a full disk); run the command that made the "
+                "dataset again (curate convert rewrites the damaged group's shards from its inputs; a pruned "
+                "dataset: curate prune again)")
 
 
 def writer_of(root: Path) -> str | None:

@@ -6,6 +6,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -1181,3 +1183,56 @@ def test_integers_past_64_bits_and_split_names_that_leave_the_folder_are_refused
         r = CliRunner().invoke(app, argv)
         assert r.exit_code == 2 and isinstance(r.exception, SystemExit) and said in r.output, (argv, r.output)
     assert (tmp_path / "afile").read_text() == "x"
+
+
+def test_a_damaged_record_shard_is_named_and_a_convert_run_again_repairs_it(tmp_path):
+    """Found by a CLI fuzz (session 34): a record shard cut short, emptied or damaged inside ended info, splits,
+    train, evaluate and prune in a Parquet library's traceback that named no file; and a convert run again skipped
+    the damaged group's inputs as unchanged, then failed building its catalog, so nothing could repair it."""
+    from typer.testing import CliRunner
+
+    from tenset_curate.cli import app
+
+    logs = REAL / "ansor" / "roller-k80" / "pooling"
+    good = tmp_path / "good"
+    convert([logs], good)
+    write_split(good, "wt", "within-task", seed=0)
+    r = CliRunner().invoke(app, ["train", str(good), "--split", "wt", "--model", "gbdt", "--out", str(tmp_path / "m")])
+    assert r.exit_code == 0, r.output
+
+    def damaged(name, how):
+        ds = tmp_path / name
+        shutil.copytree(good, ds)
+        (shard,) = sorted((ds / "records").glob("*/*.parquet"))[:1]
+        data = shard.read_bytes()
+        shard.write_bytes(how(data))
+        return ds, shard
+
+    cases = {"cut": lambda b: b[: len(b) // 2], "empty": lambda b: b""}
+    for name, how in cases.items():  # found before reading: the magic bytes (storage.check_readable)
+        ds, shard = damaged(name, how)
+        for argv in (["info", str(ds)], ["splits", "make", str(ds), "--scheme", "within-task", "--name", "w2"],
+                     ["train", str(ds), "--split", "wt", "--model", "gbdt", "--out", str(tmp_path / f"m-{name}")],
+                     ["evaluate", str(tmp_path / "m"), str(ds), "--split", "wt"],
+                     ["prune", str(ds), "--ratio", "0.5", "--out", str(tmp_path / f"p-{name}")]):
+            r = CliRunner().invoke(app, argv)
+            said = " ".join(r.output.split())
+            assert r.exit_code == 2 and isinstance(r.exception, SystemExit), (name, argv, r.output[-2000:])
+            assert f"{shard}: " in said and "the shard is damaged" in said, (name, argv, said)
+    # damaged inside (the footer's thrift), its magic bytes whole: the command line names the shard when the reader
+    # fails (a subprocess: CliRunner does not go through the app's own call)
+    ds, shard = damaged("inside", lambda b: b[:-200] + b"\xff" * 192 + b[-8:])
+    for argv in (["info", str(ds)], ["train", str(ds), "--split", "wt", "--model", "gbdt", "--out",
+                                     str(tmp_path / "m-inside")]):
+        r = subprocess.run([sys.executable, "-m", "tenset_curate.cli", *argv], capture_output=True, text=True,
+                           timeout=300)
+        said = " ".join(r.stderr.split())
+        assert r.returncode == 2 and "Traceback" not in r.stderr, (argv, r.stderr[-2000:])
+        assert f"error: {shard}: " in said and "the shard is damaged inside; remove it" in said, (argv, said)
+    # a convert of the same inputs rewrites a shard cut short (it was skipped as unchanged)
+    ds, shard = damaged("repair", cases["cut"])
+    r = CliRunner().invoke(app, ["convert", str(logs), "--out", str(ds), "--json"])
+    assert r.exit_code == 0, r.output
+    assert shard.read_bytes() == (good / shard.relative_to(ds)).read_bytes()
+    r = CliRunner().invoke(app, ["info", str(ds), "--json"])
+    assert r.exit_code == 0 and json.loads(r.stdout)["records"] == 12720, r.output
