@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import numbers
 import resource
 import shutil
 import sys
@@ -104,7 +105,8 @@ def _as_lists(cfg: dict) -> None:
         for k in keys:
             if isinstance(cfg.get(table, {}).get(k), str):
                 cfg[table][k] = [cfg[table][k]]
-    for sp in cfg.get("splits", {}).get("split", []):
+    splits = cfg.get("splits", {}).get("split", [])
+    for sp in splits if isinstance(splits, list) else []:  # another type: refused by _check_types
         for k in SPLIT_LIST_KEYS:
             if isinstance(sp, dict) and isinstance(sp.get(k), str):
                 sp[k] = [sp[k]]
@@ -172,6 +174,14 @@ def _check_values(cfg: dict, path: Path) -> None:
             if bad:
                 raise PipelineError(f"{path}: unknown hyperparameter(s) {bad} in [train.{kind}]; {kind} takes "
                                     f"{sorted(cls._defaults)}")
+            for k, v in hp.items():  # learning_rate = "fast" passed the dry run and failed in LightGBM mid-run
+                d = cls._defaults[k]
+                kind_of = (bool if isinstance(d, bool) else numbers.Real if isinstance(d, numbers.Real) else
+                           str if isinstance(d, str) else None)
+                if kind_of is not None and (not isinstance(v, kind_of) or (kind_of is numbers.Real and
+                                                                          isinstance(v, bool))):
+                    what = {bool: "true or false", numbers.Real: "a number", str: "a string"}[kind_of]
+                    raise PipelineError(f"{path}: [train.{kind}] {k} must be {what} (default {d!r}), got {v!r}")
             refuse(f"[train.{kind}]", cls, progress=False, **hp)  # values under their least (HPARAM_MINIMUMS)
 
 
@@ -202,26 +212,75 @@ def check_tables(cfg: dict, path: Path) -> None:
     _check_values(cfg, path)
 
 
+# the type each key must have where the steps read it as that type (a CLI fuzz: an int for steps or split, a list for
+# workdir or report.out, a string for a table ended in TypeError / AttributeError tracebacks, and memory_check =
+# 'no' read as true). "strs": a list of strings; "tables": a list of tables; "@": a string that names no step output
+# unless it is one ("@convert"), checked where the inputs resolve.
+KEY_TYPES = {
+    ("pipeline", "name"): str, ("pipeline", "workdir"): str, ("pipeline", "steps"): "strs",
+    ("convert", "inputs"): "strs", ("convert", "hardware"): str, ("splits", "split"): "tables",
+    ("prune", "split"): str, ("prune", "method"): str, ("train", "split"): str, ("train", "data"): "strs",
+    ("train", "models"): "strs", ("train", "device"): str, ("train", "memory_check"): bool,
+    ("evaluate", "split"): str, ("report", "title"): str, ("report", "command"): str, ("report", "out"): str,
+}
+
+
+def _check_tables_are_tables(cfg: dict, path: Path) -> None:
+    for table, t in cfg.items():
+        if not isinstance(t, dict):
+            raise PipelineError(f"{path}: [{table}] must be a table, got {t!r}")
+
+
+def _check_types(cfg: dict, path: Path) -> None:
+    """Tables are tables and the keys of ``KEY_TYPES`` have their type, before anything reads them."""
+    _check_tables_are_tables(cfg, path)
+    for (table, key), want in KEY_TYPES.items():
+        if key not in cfg.get(table, {}):
+            continue
+        v = cfg[table][key]
+        ok = (isinstance(v, list) and all(isinstance(x, str) for x in v) if want == "strs" else
+              isinstance(v, list) and all(isinstance(x, dict) for x in v) if want == "tables" else
+              isinstance(v, want))
+        if not ok:
+            what = {"strs": "a list of strings", "tables": "a list of tables ({ name = ..., scheme = ... })"}.get(
+                want, {str: "a string", bool: "true or false"}.get(want))
+            raise PipelineError(f"{path}: [{table}] {key} must be {what}, got {v!r}")
+    bad = [p for p in cfg.get("convert", {}).get("inputs", []) if p.startswith("@") and p[1:] not in STEPS]
+    if bad:  # it was a ValueError traceback, raised where the inputs resolve
+        raise PipelineError(f"{path}: [convert] input {bad[0]!r}: '@' names a step's output ({', '.join(STEPS)})")
+
+
 def load_pipeline(path: Path, overrides: list[str] | None = None) -> dict:
     path = Path(path)
     try:
-        cfg = tomllib.loads(path.read_text())
+        cfg = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise PipelineError(f"{path}: no such pipeline file") from None
+    except IsADirectoryError:
+        raise PipelineError(f"{path}: a folder, not a pipeline file") from None
+    except UnicodeDecodeError as e:
+        raise PipelineError(f"{path}: not a TOML pipeline file (not UTF-8 text: {e.reason} at byte {e.start})") \
+            from None
+    except OSError as e:
+        raise PipelineError(f"{path}: cannot be read ({e.strerror or e})") from None
     except tomllib.TOMLDecodeError as e:
         raise PipelineError(f"{path}: invalid TOML: {e}") from None
+    _check_tables_are_tables(cfg, path)
     for o in overrides or []:
         key, sep, val = o.partition("=")
         if not sep or "." not in key:
             raise PipelineError(f"--set {o!r}: expected step.param=value")
         step, *inner, param = key.split(".")  # train.gbdt.n_estimators=5: a key of the table train.gbdt
         table = cfg.setdefault(step, {})
+        if not isinstance(table, dict):
+            raise PipelineError(f"--set {o!r}: {step} is not a table")
         for k in inner:
             table = table.setdefault(k, {})
             if not isinstance(table, dict):
                 raise PipelineError(f"--set {o!r}: {k} is not a table")
         table[param] = _coerce(val)
     _as_lists(cfg)
+    _check_types(cfg, path)
     p = cfg.get("pipeline", {})
     if "workdir" not in p:
         raise PipelineError(f"{path}: [pipeline] needs workdir")
@@ -260,8 +319,8 @@ def run(pipeline: Path, overrides: list[str] | None = None, executor: str = "loc
     except OutputError as e:
         raise PipelineError(str(e)) from None
     steps = cfg["pipeline"]["steps"]
-    if from_step and from_step not in steps:
-        raise PipelineError(f"--from {from_step}: not a step of this pipeline ({steps})")
+    if from_step is not None and from_step not in steps:  # "" ran no step and said nothing
+        raise PipelineError(f"--from {from_step!r}: not a step of this pipeline ({steps})")
     cv = code_version()
     results = []
     with dataset_lock(workdir, what=f"curate run {pipeline}"):

@@ -251,6 +251,47 @@ def test_values_a_step_refuses_fail_the_dry_run_and_name_the_file(project):
     assert [r["status"] for r in s["steps"]] == ["would run"] * 6  # values the steps take still pass
 
 
+def test_values_of_the_wrong_type_and_unreadable_files_are_refused_naming_the_file(project):
+    """Found by a CLI fuzz (session 34): a value of the wrong type (an int for steps or split, a list for workdir or
+    report.out, a string for a table), a mistyped '@step' input, a non-UTF-8 file or a folder ended in TypeError,
+    AttributeError, ValueError, UnicodeDecodeError or IsADirectoryError tracebacks; memory_check = 'no' was read as
+    true; a hyperparameter of the wrong type (learning_rate = "fast") passed the dry run and failed in LightGBM
+    after the steps before it; and --from "" ran no step without a word."""
+    from typer.testing import CliRunner
+
+    from tenset_curate.cli import app
+
+    p = project / "p.toml"
+    cases = [(["pipeline.steps=5"], r"\[pipeline\] steps must be a list of strings, got 5"),
+             (["splits.split=5"], r"\[splits\] split must be a list of tables"),
+             (["pipeline.workdir=[1]"], r"\[pipeline\] workdir must be a string, got \[1\]"),
+             (["report.out=5"], r"\[report\] out must be a string, got 5"),
+             (["convert.inputs=[1]"], r"\[convert\] inputs must be a list of strings, got \[1\]"),
+             (["train.memory_check='no'"], r"\[train\] memory_check must be true or false, got 'no'"),
+             (["convert.inputs=['@bogus']"], r"\[convert\] input '@bogus': '@' names a step's output"),
+             (['train.gbdt.learning_rate="fast"'], r"\[train.gbdt\] learning_rate must be a number \(default 0.05\)"),
+             (["train.gbdt.n_estimators=true"], r"\[train.gbdt\] n_estimators must be a number")]
+    for sets, match in cases:
+        with pytest.raises(PipelineError, match=match) as e:
+            run(p, cwd=project, overrides=sets, dry_run=True)
+        assert str(e.value).startswith(str(p)), e.value
+    for text, match in (('pipeline = "w"\n', r"\[pipeline\] must be a table, got 'w'"),
+                        ('[[splits]]\nx = 1\n[pipeline]\nworkdir = "w"\n', r"\[splits\] must be a table")):
+        (project / "bad.toml").write_text(text)
+        with pytest.raises(PipelineError, match=match):
+            run(project / "bad.toml", cwd=project, dry_run=True)
+    (project / "bin.toml").write_bytes(b"\xff\xfe")
+    with pytest.raises(PipelineError, match=r"bin.toml: not a TOML pipeline file \(not UTF-8 text"):
+        run(project / "bin.toml", cwd=project, dry_run=True)
+    with pytest.raises(PipelineError, match=r"a folder, not a pipeline file"):
+        run(project, cwd=project, dry_run=True)
+    with pytest.raises(PipelineError, match=r"--from '': not a step of this pipeline"):
+        run(p, cwd=project, from_step="", dry_run=True)
+    r = CliRunner().invoke(app, ["run", str(p), "--set", "splits.split=5", "--dry-run"])
+    assert r.exit_code == 2 and isinstance(r.exception, SystemExit) and "must be a list of tables" in r.output
+    assert not (project / "runs").exists()  # refused before anything ran
+
+
 def test_dry_run_and_skips_see_what_a_run_would_redo(project):
     """A dry run said 'splits would run; prune skipped' where the run redid every step after splits; a deleted
     report ``out`` was never written again (the step was skipped as done)."""
