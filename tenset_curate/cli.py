@@ -363,6 +363,10 @@ def splits_make(
     from .storage import OutputError
 
     sp = lambda s: [x.strip() for x in s.split(",") if x.strip()] if s else None  # noqa: E731
+    if name is None and not scheme:  # the default name is the scheme's: it said "split name ''"
+        from .splits import SCHEMES
+
+        _fail(f"--scheme '': choose from {', '.join(SCHEMES)}")
     try:
         s = write_split(dataset, name or scheme.replace("-", "_"), scheme, seed=seed, test_fraction=test_fraction,
                         valid_fraction=valid_fraction, holdout=sp(holdout), train_hw=sp(train_hw),
@@ -390,7 +394,8 @@ def splits_make(
     for part in ("train", "test"):
         if not s["counts"].get(part):
             typer.echo(f"warning: split {s['name']} has no {part} records"
-                       + (" (every task is too small to hold some out)" if scheme == "within-task" else "")
+                       + ((" (--test-fraction 0)" if not test_fraction else
+                           " (every task is too small to hold some out)") if scheme == "within-task" else "")
                        + f": curate {'train' if part == 'train' else 'evaluate'} will have nothing to "
                        + ("learn from" if part == "train" else "score"), err=True)
 

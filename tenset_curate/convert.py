@@ -438,7 +438,10 @@ def load_manifest(out: Path) -> dict:
     p = out / MANIFEST
     if not p.exists():
         return {"schema_version": SCHEMA_VERSION, "converter": CONVERTER_VERSION, "inputs": {}}
-    m = orjson.loads(p.read_bytes())
+    try:
+        m = orjson.loads(p.read_bytes())
+    except orjson.JSONDecodeError as e:  # the decoder's message alone named no file
+        raise OutputError(f"{p}: not a tenset-curate manifest (invalid JSON: {e})") from None
     if not isinstance(m, dict) or not isinstance(m.get("inputs"), dict):
         raise OutputError(f"{p}: not a tenset-curate manifest")
     return m

@@ -1183,6 +1183,17 @@ def test_integers_past_64_bits_and_split_names_that_leave_the_folder_are_refused
         r = CliRunner().invoke(app, argv)
         assert r.exit_code == 2 and isinstance(r.exception, SystemExit) and said in r.output, (argv, r.output)
     assert (tmp_path / "afile").read_text() == "x"
+    # an empty scheme was reported as a bad split name; --test-fraction 0 blamed the tasks' sizes; a damaged
+    # manifest gave the JSON decoder's message alone
+    r = CliRunner().invoke(app, ["splits", "make", str(ds), "--scheme", ""])
+    assert r.exit_code == 2 and "--scheme '': choose from within-task" in r.output, r.output
+    r = CliRunner().invoke(app, ["splits", "make", str(ds), "--scheme", "within-task", "--name", "t0",
+                                 "--test-fraction", "0"])
+    assert r.exit_code == 0 and "warning: split t0 has no test records (--test-fraction 0)" in r.output, r.output
+    (ds / "manifest.json").write_text('{"inputs": {"a\tb": 1}')
+    r = CliRunner().invoke(app, ["convert", str(REAL / "ansor" / "roller-k80" / "pooling"), "--out", str(ds)])
+    assert r.exit_code == 2 and f"{ds / 'manifest.json'}: not a tenset-curate manifest (invalid JSON" in \
+        " ".join(r.output.split()), r.output
 
 
 def test_a_damaged_record_shard_is_named_and_a_convert_run_again_repairs_it(tmp_path):
