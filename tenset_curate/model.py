@@ -738,6 +738,11 @@ class Ranker:
         a model trained on another feature version. ``kwargs`` override runtime settings
         (``device``, ``num_threads``, ``progress``, ``infer_batch_size``)."""
         cfg = cls.read_config(directory)
+        for key, want in (("kind", str), ("hparams", dict), ("input_dims", dict), ("trained_on", dict),
+                          ("history", list), ("fine_tuned", dict)):  # a hand-edited config ended in a TypeError
+            if cfg.get(key) is not None and not isinstance(cfg[key], want):
+                raise ModelLoadError(f"{Path(directory) / CONFIG_NAME}: {key} is {cfg[key]!r}, not a "
+                                     f"{'string' if want is str else want.__name__}")
         kind = cfg["kind"]
         if cls is Ranker:
             if kind not in _KINDS:
@@ -757,8 +762,12 @@ class Ranker:
         for k, v in cls._legacy_hparams.items():
             hp.setdefault(k, v)
         hp.update(kwargs)
-        obj = cls(seed=cfg.get("seed", 0), feature_version=cfg.get("feature_version"),
-                  data_manifest_hash=cfg.get("data_manifest_hash"), **runtime, **hp)
+        try:
+            obj = cls(seed=cfg.get("seed", 0), feature_version=cfg.get("feature_version"),
+                      data_manifest_hash=cfg.get("data_manifest_hash"), **runtime, **hp)
+        except (TypeError, ValueError) as e:  # an hparam the model does not have, or a value it refuses
+            raise ModelLoadError(f"{Path(directory) / CONFIG_NAME}: its hparams do not make a {kind} model ({e})") \
+                from None
         obj.input_dims = cfg.get("input_dims")
         obj.history = cfg.get("history") or []
         obj.best_epoch = cfg.get("best_epoch")

@@ -10,6 +10,7 @@ import glob
 import gzip
 import json
 import math
+import re
 import zipfile
 from pathlib import Path
 
@@ -267,6 +268,25 @@ def test_save_load_round_trip(kind, fitted, real_splits, tmp_path):
     other = MLPRanker if kind != "mlp" else GBDTRanker
     with pytest.raises(ModelMismatchError, match=kind):
         other.load(d)
+
+
+def test_a_config_json_of_the_wrong_shape_is_refused_naming_it(fitted, tmp_path):
+    """Found by a CLI fuzz (session 34): a hand-edited config.json (a list for hparams or kind, an hparam the model
+    does not have) ended curate evaluate in a TypeError or AttributeError traceback."""
+    from tenset_curate.model import ModelLoadError
+
+    d = fitted["gbdt"].save(tmp_path / "m")
+    good = json.loads((d / "config.json").read_text())
+    for change, said in (({"hparams": ["x"]}, "hparams is ['x'], not a dict"),
+                         ({"kind": ["gbdt"]}, "kind is ['gbdt'], not a string"),
+                         ({"input_dims": 3}, "input_dims is 3, not a dict"),
+                         ({"trained_on": "ds"}, "trained_on is 'ds', not a dict"),
+                         ({"hparams": {**good["hparams"], "bogus": 1}}, "its hparams do not make a gbdt model")):
+        (d / "config.json").write_text(json.dumps({**good, **change}))
+        with pytest.raises(ModelLoadError, match=re.escape(f"{d / 'config.json'}: {said}")):
+            load_model(d)
+    (d / "config.json").write_text(json.dumps(good))
+    assert type(load_model(d)) is type(fitted["gbdt"])
 
 
 @pytest.mark.parametrize("kind", list(CONFIGS))
