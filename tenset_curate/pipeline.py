@@ -214,8 +214,7 @@ def check_tables(cfg: dict, path: Path) -> None:
 
 # the type each key must have where the steps read it as that type (a CLI fuzz: an int for steps or split, a list for
 # workdir or report.out, a string for a table ended in TypeError / AttributeError tracebacks, and memory_check =
-# 'no' read as true). "strs": a list of strings; "tables": a list of tables; "@": a string that names no step output
-# unless it is one ("@convert"), checked where the inputs resolve.
+# 'no' read as true). "strs": a list of strings; "tables": a list of tables. An input "@name" must name a step.
 KEY_TYPES = {
     ("pipeline", "name"): str, ("pipeline", "workdir"): str, ("pipeline", "steps"): "strs",
     ("convert", "inputs"): "strs", ("convert", "hardware"): str, ("splits", "split"): "tables",
