@@ -478,6 +478,7 @@ def convert(inputs: list, out: Path, hardware: str | None = None, workers: int =
     with dataset_lock(out, wait=wait, what="curate convert"), ExitStack() as stack:
         remove_stale_tmp(out)
         manifest = load_manifest(out)
+        shards_before = _record_shards(manifest)
         if "pruned_from" in manifest:  # its records are another dataset's kept ones: every shard would go
             raise OutputError(f"{out}: a pruned dataset (curate prune of {manifest['pruned_from']}); convert into "
                               "the dataset it was pruned from, or into a new folder")
@@ -592,7 +593,9 @@ def convert(inputs: list, out: Path, hardware: str | None = None, workers: int =
         # in the dataset from earlier runs and not among this run's inputs (not named, or gone): their rows stay
         "inputs_not_seen": len(others),
         # splits made before this run: the records it added or changed are in no part of them (or a stale one)
-        "splits_outdated": sorted(p.stem for p in (out / "splits").glob("*.parquet")) if todo else [],
+        # (only when the record shards changed: a network_info pickle alone adds none, and it warned)
+        "splits_outdated": sorted(p.stem for p in (out / "splits").glob("*.parquet"))
+        if _record_shards(manifest) != shards_before else [],
         "inputs_converted": done,
         "inputs_unchanged": skipped,
         "inputs_failed": len(errors),
@@ -622,6 +625,11 @@ def _bar(total: int, progress: bool):
             pass
 
     return _Null()
+
+
+def _record_shards(manifest: dict) -> set[str]:
+    """The record shards a manifest's inputs name (``records/...``; a network_info pickle names networks/ ones)."""
+    return {rel for e in manifest["inputs"].values() for rel in e.get("outputs", []) if rel.startswith("records/")}
 
 
 def _outputs_exist(out: Path, entry: dict) -> bool:
