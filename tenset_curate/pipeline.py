@@ -231,8 +231,8 @@ def _check_tables_are_tables(cfg: dict, path: Path) -> None:
 
 
 def _check_types(cfg: dict, path: Path) -> None:
-    """Tables are tables and the keys of ``KEY_TYPES`` have their type, before anything reads them."""
-    _check_tables_are_tables(cfg, path)
+    """The keys of ``KEY_TYPES`` have their type, before anything reads them (the tables are tables:
+    ``load_pipeline`` checks that first, and ``--set`` only adds tables)."""
     for (table, key), want in KEY_TYPES.items():
         if key not in cfg.get(table, {}):
             continue

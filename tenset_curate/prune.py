@@ -249,11 +249,14 @@ def _why_no_records(dataset: Path) -> str:
     """What to do about a dataset folder without records: convert into it, or, when its manifest names inputs that
     gave no rows (network_info pickles alone give only the networks table), convert the measurement logs into it
     too (the manifest keeps what came before)."""
+    from .convert import load_manifest
+    from .storage import OutputError
+
     try:
-        inputs = orjson.loads((dataset / "manifest.json").read_bytes()).get("inputs") or {}
-    except (OSError, orjson.JSONDecodeError, AttributeError):
+        inputs = load_manifest(dataset)["inputs"]  # an empty manifest where it has none
+    except (OSError, OutputError):
         inputs = {}
-    if not isinstance(inputs, dict) or not inputs:
+    if not inputs:
         return "run curate convert first"
     kinds = sorted({str(e.get("format")) for e in inputs.values() if isinstance(e, dict)})
     return (f"its {len(inputs)} converted input(s), of format {', '.join(kinds)}, gave no measurement records: "
