@@ -65,6 +65,7 @@ import os
 import re
 import uuid
 import warnings
+import weakref
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from decimal import Decimal
@@ -75,6 +76,7 @@ import duckdb
 import pyarrow as pa
 
 from .schema import QUARANTINE_SCHEMA, RECORD_SCHEMA, SCHEMA_VERSION, WORKLOAD_SCHEMA
+from .storage import DamagedShard, damaged_inside, names_damaged_shard, unreadable_shard
 
 try:  # optional, faster and stricter JSON
     import orjson
@@ -458,6 +460,9 @@ def connect_readonly(dataset_dir: str | os.PathLike) -> duckdb.DuckDBPyConnectio
                 # connection usable, and make this one view fail with the reason when it is queried.
                 deps = [f for f in failed if re.search(rf"\bFROM\s+{f}\b", v.sql)]
                 why = f"it reads view {deps[0]}: {failed[deps[0]]}" if deps else str(exc).splitlines()[0]
+                bad = unreadable_shard(root) if "records/" in v.sql and not deps else None
+                if bad:  # a record shard damaged inside: name it (DuckDB's message names no file)
+                    why = str(damaged_inside(*bad))
                 failed[v.name] = why
                 msg = f"view {v.name} is unavailable: {why}"
                 con.execute(
@@ -468,7 +473,26 @@ def connect_readonly(dataset_dir: str | os.PathLike) -> duckdb.DuckDBPyConnectio
     except BaseException:
         con.close()
         raise
+    if failed:
+        _UNAVAILABLE[con] = failed
     return con
+
+
+# connection -> {view: why} for the views connect_readonly could not create: a query naming one fails with a
+# binder error about the stand-in's columns, and run_sql says why instead
+_UNAVAILABLE: "weakref.WeakKeyDictionary[duckdb.DuckDBPyConnection, dict[str, str]]" = weakref.WeakKeyDictionary()
+
+
+def _unavailable_view_error(con: duckdb.DuckDBPyConnection, query: str) -> Exception | None:
+    """The error to raise instead of DuckDB's when ``query`` names a view the connection could not create: a
+    ``storage.DamagedShard`` naming the shard when that was the reason, else DuckDB's InvalidInputException saying
+    which view and why."""
+    for name, why in _UNAVAILABLE.get(con, {}).items():
+        if re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", query, re.IGNORECASE):
+            own = why.split(": it reads view ")[0]
+            return (DamagedShard(why) if "the shard is damaged inside" in why and own == why
+                    else duckdb.InvalidInputException(f"view {name} is unavailable: {why}"))
+    return None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -889,6 +913,7 @@ def _inside(path: str, root: Path) -> bool:
 # --------------------------------------------------------------------------------------------------
 
 
+@names_damaged_shard("dataset_dir")
 def run_sql(
     dataset_dir: str | os.PathLike,
     query: str,
@@ -929,6 +954,9 @@ def run_sql(
             raise KeyboardInterrupt from exc
         raise
     except duckdb.Error as exc:
+        unavailable = _unavailable_view_error(con, query)
+        if unavailable is not None:
+            raise unavailable from exc
         first = str(exc).splitlines()[0]
         if isinstance(exc, duckdb.PermissionException) or "Permission Error" in first:
             raise SQLRefused(

@@ -25,34 +25,6 @@ class _Curate(typer.Typer):
             if e.code == 130:
                 _log(_interrupted(list(kwargs.get("args") or sys.argv[1:])))
             raise
-        except Exception as e:  # a Parquet reader's error: name the damaged shard if a dataset given has one
-            said = _damaged_shard_error(e, list(kwargs.get("args") or sys.argv[1:]))
-            if said is None:
-                raise
-            _log(f"error: {said}")
-            raise SystemExit(2) from e
-
-
-def _damaged_shard_error(e: Exception, argv: list[str]) -> str | None:
-    """For an error a Parquet reader raised (Polars' ComputeError, PyArrow's ArrowInvalid or OSError): the first
-    record shard of a dataset named on the command line that cannot be read whole, and why, or None. A shard
-    damaged inside (its magic bytes whole, which ``storage.check_readable`` checks up front) ended in the reader's
-    traceback, which names no file."""
-    import polars.exceptions as ple
-
-    if not isinstance(e, (ple.ComputeError, OSError)) and type(e).__name__ != "ArrowInvalid":
-        return None
-    from .storage import unreadable_shard
-
-    for a in argv:
-        if a.startswith("-") or not (Path(a) / "records").is_dir():
-            continue
-        bad = unreadable_shard(Path(a))
-        if bad:
-            return (f"{bad[0]}: cannot be read ({bad[1]}): the shard is damaged inside; remove it and run the "
-                    "command that made the dataset again (curate convert converts again the inputs whose shard is "
-                    "gone; a pruned dataset: curate prune again)")
-    return None
 
 
 def _interrupted(argv: list[str]) -> str:

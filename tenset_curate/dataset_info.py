@@ -7,8 +7,10 @@ import polars as pl
 
 from .features import dataset_operator_classes
 from .readers import DEVICE_COLUMNS, devices_by_hardware
+from .storage import names_damaged_shard
 
 
+@names_damaged_shard()
 def dataset_info(dataset: Path) -> dict:
     """What ``curate info`` prints: records, tasks and quarantined lines (by kind of reason,
     ``quarantine_reasons``); per (hardware, operator class) records, tasks and failure rate; the rules that named

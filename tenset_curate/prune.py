@@ -217,6 +217,7 @@ from .labels import LABEL_KEYS, with_labels
 from .metrics import cap_queries
 from .schema import RECORD_SCHEMA
 from .splits import SPLIT_KEYS
+from .storage import names_damaged_shard
 
 METHODS = ["redundancy", "cluster", "importance", "hybrid", "density", "random"]
 HYBRID_IMPORTANCE_SHARE = 0.0  # see the module docstring: importance picks hurt the proxy on real data
@@ -263,6 +264,7 @@ def _why_no_records(dataset: Path) -> str:
             f"convert the logs into it too, curate convert LOGS --out {dataset}")
 
 
+@names_damaged_shard()
 def load_records(dataset: Path, columns: list[str] | None = None, where: pl.Expr | None = None,
                  sort: bool = True) -> pl.DataFrame:
     """A dataset's records sorted by (hardware, task_id, record_id) (``sort=False``: in shard order, without the
@@ -766,11 +768,9 @@ def plan_units(dataset: Path, unit_records: int = UNIT_RECORDS) -> list[dict]:
         try:
             md = pq.ParquetFile(f).metadata
         except OSError as e:  # a footer damaged inside (its magic bytes whole): a thrift traceback
-            from .storage import IncompleteDataset
+            from .storage import damaged_inside
 
-            raise IncompleteDataset(f"{f}: its Parquet footer cannot be read ({e}): the shard is damaged inside; "
-                                    "remove it and run the command that made the dataset again (curate convert "
-                                    "converts again the inputs whose shard is gone)") from e
+            raise damaged_inside(f, f"its Parquet footer: {e}") from e
         rows.append(md.num_rows)
         ks = _single_task(md)
         if ks is None:
@@ -967,6 +967,7 @@ def _check_out(dataset: Path, out: Path) -> None:
         raise ValueError(f"--out {out}: it holds records/ but no manifest.json; give an empty or new folder")
 
 
+@names_damaged_shard()
 def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: int = 0, min_keep: int = 8,
           report: bool = True, executor: str = "local", workers: int = 1, address: str | None = None,
           unit_records: int = UNIT_RECORDS, split: str | None = None) -> dict:

@@ -39,6 +39,8 @@ from pathlib import Path
 
 import polars as pl
 
+from .storage import names_damaged_shard
+
 MODELS = ["gbdt", "mlp", "attention"]
 HP = {"gbdt": {"n_estimators": 200, "num_threads": 1}, "mlp": {"num_threads": 1},
       "attention": {"num_threads": 1}}
@@ -283,6 +285,7 @@ def _report_fit(item):
         ((m.hparams["lambdarank_weight"], m.hparams["positions"]) if kind == "attention" else None)
 
 
+@names_damaged_shard()
 def pca_report(dataset: Path, out: Path, epochs: int = 24, ratio: float = 0.45, seed: int = 0,
                command: str | None = None, workers: int = 2) -> Path:
     """Train the three models on full and pruned data of each split and write the Markdown table to ``out``; runs in

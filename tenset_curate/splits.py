@@ -36,6 +36,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from .storage import names_damaged_shard
+
 SCHEMES = ["within-task", "network", "operator", "hardware", "task"]
 # TenSet's held-out networks (scripts/common.py, make_dataset.py's test set)
 TENSET_TEST_NETWORKS = ["resnet_50", "mobilenet_v2", "resnet3d_18", "bert_base", "bert_tiny"]
@@ -239,6 +241,7 @@ def check_split_name(dataset: Path | None, name: str, others: list[str] | None =
                              f"split_{sanitize_name(name)}; choose another name")
 
 
+@names_damaged_shard()
 def write_split(dataset: Path, name: str, scheme: str, **kw) -> dict:
     """Make a split of ``dataset`` and store it as ``splits/<name>.parquet`` (+ catalog view ``split_<name>``)."""
     from .features import dataset_operator_classes
@@ -336,6 +339,7 @@ def check_split_file(p: Path) -> None:
                          "`curate splits make`")
 
 
+@names_damaged_shard()
 def analyze(dataset: Path, name: str, out_dir: Path) -> Path:
     """Write ``<out_dir>/<name>.md`` (+ PNGs): sizes, leakage, label distribution, feature drift and, for
     hardware splits, per-task Spearman correlation of the same programs measured on both machines."""

@@ -290,6 +290,62 @@ class DatasetBeingWritten(UserWarning):
     """Records read while a writer holds the dataset: a state between two runs, perhaps."""
 
 
+class IncompleteDataset(ValueError):
+    """A dataset whose record shards are not the ones its own record names (a write was interrupted), or one of
+    whose shards is damaged (``DamagedShard``)."""
+
+
+class DamagedShard(IncompleteDataset):
+    """A record shard that cannot be read whole although its magic bytes are (``damaged_shard`` finds those): the
+    footer or a page is damaged inside. The message names the file, which the Parquet readers' own errors do not."""
+
+
+def damaged_inside(path: Path, why: str) -> DamagedShard:
+    """The error for the record shard ``path`` that a reader could not read (``why``: the reader's message)."""
+    return DamagedShard(f"{path}: cannot be read ({why}): the shard is damaged inside; remove it and run the command "
+                        "that made the dataset again (curate convert converts again the inputs whose shard is gone; "
+                        "a pruned dataset: curate prune again)")
+
+
+def _reader_error(e: BaseException) -> bool:
+    """Whether ``e`` is what a Parquet reader raises on a damaged file: PyArrow's OSError (a thrift error) or
+    ArrowInvalid, Polars' ComputeError, DuckDB's IOException, InvalidInputException or bare Error (a damaged page
+    header). Not a missing file, nor a query's own binder or parser error: those are the caller's, and the check
+    after it reads every shard."""
+    mod, name = type(e).__module__, type(e).__name__
+    if type(e) is OSError or mod.startswith("pyarrow"):
+        return True
+    if mod.startswith("polars"):
+        return name == "ComputeError"
+    return mod.startswith(("duckdb", "_duckdb")) and name in ("Error", "IOException", "InvalidInputException")
+
+
+def names_damaged_shard(param: str = "dataset"):
+    """Decorate a public function that reads the records of the dataset passed as ``param``: when a Parquet reader
+    fails inside it (``_reader_error``) and a record shard of that dataset cannot be read whole
+    (``unreadable_shard``), raise ``DamagedShard`` naming the file instead of the reader's error, which names none.
+    Any other error passes unchanged; a healthy dataset costs nothing (the check runs on the error path only)."""
+    def decorate(fn):
+        import inspect
+
+        sig = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def reading(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except Exception as e:
+                if isinstance(e, DamagedShard) or not _reader_error(e):
+                    raise
+                root = sig.bind_partial(*args, **kwargs).arguments.get(param)
+                bad = unreadable_shard(Path(root)) if root is not None and (Path(root) / "records").is_dir() else None
+                if bad is None:
+                    raise
+                raise damaged_inside(*bad) from e
+        return reading
+    return decorate
+
+
 def unreadable_shard(root: Path) -> tuple[Path, str] | None:
     """The first record shard of the dataset ``root`` that cannot be read whole (footer, schema and every page), and
     the reader's message; None when all can. Reads every shard: for an error path, not for every read."""
@@ -301,10 +357,6 @@ def unreadable_shard(root: Path) -> tuple[Path, str] | None:
         except Exception as e:  # noqa: BLE001 - whatever the reader raises is the answer
             return f, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
     return None
-
-
-class IncompleteDataset(ValueError):
-    """A dataset whose record shards are not the ones its own record names: a write was interrupted."""
 
 
 PARQUET_MAGIC = b"PAR1"

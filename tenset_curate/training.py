@@ -20,6 +20,7 @@ from .features import (FEATURE_VERSION, RowView, TaskCentredTokens, dataset_oper
 from .labels import with_labels
 from .model import _KINDS, DEFAULT_EPOCHS, _task_groups
 from .prune import load_records, record_files
+from .storage import names_damaged_shard
 
 MODEL_KINDS = ["attention", "mlp", "gbdt"]
 PARTS = ("train", "valid", "test")  # the parts of a split a model is scored on
@@ -447,6 +448,7 @@ def training_frame(dataset: Path, split: str, kind: str, max_per_task: int | Non
     return read_rows(dataset, index), hp, share
 
 
+@names_damaged_shard()
 def train_model(dataset: Path, split: str, kind: str, out: Path, epochs: int = DEFAULT_EPOCHS, device: str = "cpu",
                 seed: int = 0, progress: bool = True, max_per_task: int | None = None, memory_check: bool = True,
                 include_failed: bool = False, **hp) -> dict:
@@ -625,6 +627,7 @@ def trained_records_scored(model, dataset: Path, split: str, part: str = "test")
     return {"records": int(hit.item()), "of": int(n.item()), "split": t["split"], "dataset": t["dataset"]}
 
 
+@names_damaged_shard()
 def evaluate_model(model_dir: Path, dataset: Path, split: str, part: str = "test",
                    chunk_records: int = EVAL_CHUNK_RECORDS, include_failed: bool = False) -> dict:
     """TenSet metrics of a saved model on one part of a split: overall, per operator class, per hardware, and per
