@@ -483,15 +483,16 @@ def connect_readonly(dataset_dir: str | os.PathLike) -> duckdb.DuckDBPyConnectio
 _UNAVAILABLE: "weakref.WeakKeyDictionary[duckdb.DuckDBPyConnection, dict[str, str]]" = weakref.WeakKeyDictionary()
 
 
-def _unavailable_view_error(con: duckdb.DuckDBPyConnection, query: str) -> Exception | None:
-    """The error to raise instead of DuckDB's when ``query`` names a view the connection could not create: a
-    ``storage.DamagedShard`` naming the shard when that was the reason, else DuckDB's InvalidInputException saying
-    which view and why."""
+def _unavailable_view_error(con: duckdb.DuckDBPyConnection, query: str, exc: duckdb.Error) -> Exception | None:
+    """The error to raise instead of DuckDB's ``exc`` when ``query`` names a view the connection could not create:
+    a ``storage.DamagedShard`` naming the shard when that was the reason; DuckDB's InvalidInputException saying
+    which view and why when ``exc`` does not say it (a binder error about the stand-in's columns); else None."""
     for name, why in _UNAVAILABLE.get(con, {}).items():
         if re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", query, re.IGNORECASE):
-            own = why.split(": it reads view ")[0]
-            return (DamagedShard(why) if "the shard is damaged inside" in why and own == why
-                    else duckdb.InvalidInputException(f"view {name} is unavailable: {why}"))
+            if "the shard is damaged inside" in why and " it reads view " not in why:
+                return DamagedShard(why)
+            if "is unavailable: " not in str(exc):
+                return duckdb.InvalidInputException(f"view {name} is unavailable: {why}")
     return None
 
 
@@ -954,16 +955,18 @@ def run_sql(
             raise KeyboardInterrupt from exc
         raise
     except duckdb.Error as exc:
-        unavailable = _unavailable_view_error(con, query)
-        if unavailable is not None:
+        unavailable = _unavailable_view_error(con, query, exc)
+        if isinstance(unavailable, DamagedShard):
             raise unavailable from exc
-        first = str(exc).splitlines()[0]
+        first = str(unavailable or exc).splitlines()[0]
         if isinstance(exc, duckdb.PermissionException) or "Permission Error" in first:
             raise SQLRefused(
                 f"refused by DuckDB's file-access restriction: {first} (only files inside {_root(dataset_dir)} can be "
                 "read; DuckDB checks a relative path against the working directory, so use the catalog's "
                 "views or absolute paths inside the dataset)"
             ) from exc
+        if unavailable is not None:
+            raise unavailable from exc
         raise
     finally:
         if own:

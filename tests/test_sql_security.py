@@ -343,9 +343,27 @@ def test_symlink_out_of_the_dataset_is_not_followed(linked):
         con.close()
     # run_sql reports it as a refusal; other views keep working
     _assert_refused(root, "SELECT count(*) FROM records", ["Permission Error"])
+    _assert_refused(root, "SELECT avg(mean_cost) FROM records", ["Permission Error"])
     assert run_sql(root, "SELECT count(*) AS n FROM split_x", fmt="arrow").num_rows == 1
     # build_catalog (trusted) still works on such a dataset
     build_catalog(root)
+
+
+def test_a_view_that_could_not_be_made_says_why_for_any_query(env, tmp_path):
+    """Every record shard a link out of the dataset: the records view cannot be made when the connection opens, and
+    a query naming one of its columns said "column mean_cost not found" (the stand-in view has none) instead of why
+    (session 35)."""
+    root, outside, _ = env
+    dst = tmp_path / "moved"
+    shutil.copytree(root, dst)
+    for shard in sorted((dst / "records").glob("*/*.parquet")):
+        moved = outside / f"moved-{shard.name}"
+        shard.rename(moved)
+        shard.symlink_to(moved)
+    for q in ("SELECT avg(mean_cost) FROM records", "SELECT count(*) FROM records", "SELECT * FROM tasks"):
+        msg = _assert_refused(dst, q, ["Permission Error"])
+        assert "view records is unavailable" in msg or "view tasks is unavailable: it reads view records" in msg, msg
+    assert run_sql(dst, "SELECT count(*) AS n FROM split_x", fmt="arrow").num_rows == 1  # the other views serve
 
 
 def test_symlink_inside_the_dataset_is_fine(env, tmp_path):
