@@ -59,6 +59,7 @@ from .storage import (
     OutputError,
     atomic_write_json,
     check_int,
+    check_out_kind,
     damaged_shard,
     dataset_lock,
     file_sha256,
@@ -469,6 +470,7 @@ def convert(inputs: list, out: Path, hardware: str | None = None, workers: int =
     check_int("workers", workers, 1)
     if hardware is not None and not (isinstance(hardware, str) and hardware.strip()):
         raise ValueError(f"hardware {hardware!r}: a name, or None to name the hardware by the inputs' rules")
+    check_out_kind(out, "dataset")
     executor = resolve_executor(executor, address)
     t0 = time.perf_counter()
     units = discover([Path(p) for p in inputs])

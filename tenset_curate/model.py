@@ -194,6 +194,7 @@ import numpy as np
 
 from . import metrics as _metrics
 from .features import FLAT_NAMES, PRIMS, RowView, TaskCentredTokens
+from .storage import MODEL_CONFIG, MODEL_WEIGHTS
 
 __all__ = [
     "ModelLoadError",
@@ -209,9 +210,8 @@ __all__ = [
 ]
 
 FORMAT_VERSION = 1
-CONFIG_NAME = "config.json"
-TORCH_WEIGHTS = "model.pt"
-LGB_WEIGHTS = "model.txt"
+CONFIG_NAME = MODEL_CONFIG
+TORCH_WEIGHTS, LGB_WEIGHTS = MODEL_WEIGHTS
 POSITIONS = ("absolute", "kind")  # AttentionRanker's ``positions``
 KIND_OCCURRENCES = 16  # positions="kind": occurrences of one primitive told apart (later ones share the last)
 KIND_CHUNK = 16384  # kind_positions' records per chunk: a [chunk, L, D] float32 slice is 134 MB at L=64, D=32

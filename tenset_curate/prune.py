@@ -965,6 +965,9 @@ def _check_out(dataset: Path, out: Path) -> None:
                              "has no pruned_from); give an empty or new folder, or an earlier prune's output")
     elif (out / "records").is_dir():
         raise ValueError(f"--out {out}: it holds records/ but no manifest.json; give an empty or new folder")
+    from .storage import check_out_kind
+
+    check_out_kind(out, "dataset")
 
 
 @names_damaged_shard()

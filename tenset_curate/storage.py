@@ -286,6 +286,30 @@ def dataset_lock(root: Path, wait: bool = False, timeout: float | None = None, w
         os.close(fd)
 
 
+MODEL_CONFIG = "config.json"  # a model folder's config (model.CONFIG_NAME) beside its weights: torch's, LightGBM's
+MODEL_WEIGHTS = ("model.pt", "model.txt")
+
+
+def folder_kind(d: Path) -> str | None:
+    """What the folder ``d`` holds: ``"dataset"`` (a manifest.json or a records/ folder: what convert and prune
+    write), ``"model"`` (a config.json beside model weights: what train writes), or None (neither, or no folder)."""
+    d = Path(d)
+    if (d / "manifest.json").is_file() or (d / "records").is_dir():
+        return "dataset"
+    if (d / MODEL_CONFIG).is_file() and any((d / w).is_file() for w in MODEL_WEIGHTS):
+        return "model"
+    return None
+
+
+def check_out_kind(out: Path, kind: str) -> None:
+    """Refuse to write a ``kind`` ("dataset" or "model") into ``out`` when it holds the other kind: a model
+    written into a dataset folder, or records into a model's, left the two mixed in one folder (a CLI fuzz)."""
+    have = folder_kind(out)
+    if have is not None and have != kind:
+        raise ValueError(f"--out {out}: it holds a {have}, and a {kind} does not go there: give a new folder, or "
+                         f"one that holds a {kind}")
+
+
 class DatasetBeingWritten(UserWarning):
     """Records read while a writer holds the dataset: a state between two runs, perhaps."""
 

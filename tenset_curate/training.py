@@ -469,8 +469,11 @@ def train_model(dataset: Path, split: str, kind: str, out: Path, epochs: int = D
     from .storage import check_int
 
     check_int("seed", seed, 0)  # it seeds numpy and torch, which take no negative seed
-    if Path(out).exists() and not Path(out).is_dir():  # refused after the training, before
+    if Path(out).exists() and not Path(out).is_dir():  # refused before the training, not after it
         raise FileExistsError(f"{out}: a file; the model is a directory")
+    from .storage import check_out_kind
+
+    check_out_kind(out, "model")
     df, hp, share = training_frame(dataset, split, kind, max_per_task, seed, memory_check,
                                    include_failed=include_failed, **hp)
     m, d = fit_on_frame(df, kind, seed, epochs, device, progress,

@@ -774,6 +774,20 @@ def test_a_device_the_model_cannot_train_on_is_refused_before_reading(tmp_path):
         train_model(ds, "within", "gbdt", tmp_path / "afile", read_nothing=True)  # refused before hp are read
     with pytest.raises(ValueError, match="part 'bogus': one of train, valid, test"):
         evaluate_model(tmp_path / "ok", ds, "within", part="bogus")
+    # a model into a dataset's folder, records into a model's: the two kinds were left mixed in one folder (a CLI
+    # fuzz, session 34); refused before any work, naming what the folder holds
+    from tenset_curate.convert import convert
+    from tenset_curate.prune import prune
+
+    before = sorted(p.name for p in ds.iterdir())
+    with pytest.raises(ValueError, match=f"--out {ds}: it holds a dataset, and a model does not go there"):
+        train_model(ds, "within", "gbdt", ds, read_nothing=True)
+    assert sorted(p.name for p in ds.iterdir()) == before
+    for write in (lambda: convert([REAL], tmp_path / "ok"),
+                  lambda: prune(ds, tmp_path / "ok", 0.5)):
+        with pytest.raises(ValueError, match=f"--out {tmp_path / 'ok'}: it holds a model, and a dataset does not go"):
+            write()
+    assert sorted(p.name for p in (tmp_path / "ok").iterdir()) == ["config.json", "model.txt"]
     r = CliRunner().invoke(app, ["evaluate", str(tmp_path / "afile"), str(ds), "--split", "within"])
     assert r.exit_code == 2 and "no config.json in" in r.output and isinstance(r.exception, SystemExit), r.output
 
