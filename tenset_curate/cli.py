@@ -27,6 +27,16 @@ class _Curate(typer.Typer):
             raise
 
 
+def _path(value) -> Path:
+    """Every path argument and option: ``''`` is refused, where Typer read it as ``.`` (``curate convert "" --out x``
+    converted every log under the current folder, a CLI fuzz)."""
+    if isinstance(value, Path):  # a default
+        return value
+    if str(value) == "":
+        raise typer.BadParameter("an empty path: name a file or folder ('.' for the current folder)")
+    return Path(value)
+
+
 def _interrupted(argv: list[str]) -> str:
     words = [a for a in argv if not a.startswith("-")][:2]
     cmd = " ".join(words[:2]) if words[:1] in (["splits"], ["report"]) else " ".join(words[:1])
@@ -91,8 +101,9 @@ def _own_warnings_as_messages():
 
 @app.command()
 def convert(
-    inputs: List[Path] = typer.Argument(..., help="log files or folders (TenSet measure_records/, MetaSchedule dbs)"),
-    out: Path = typer.Option(..., "--out", "-o", help="dataset folder"),
+    inputs: List[Path] = typer.Argument(..., help="log files or folders (TenSet measure_records/, MetaSchedule dbs)",
+                                        parser=_path),
+    out: Path = typer.Option(..., "--out", "-o", help="dataset folder", parser=_path),
     hardware: Optional[str] = typer.Option(None, help="hardware name when neither -model= nor measure_records/ says"),
     workers: int = typer.Option(1, min=1, help="worker processes"),
     wait: bool = typer.Option(False, help="wait for another writer of --out instead of failing"),
@@ -144,7 +155,7 @@ def sql(
     args: List[str] = typer.Argument(..., metavar="[DATASET] QUERY", show_default=False,
                                      help="a read-only SELECT over the catalog views, after the dataset folder if "
                                           "it is given here rather than with -d"),
-    dataset: Optional[Path] = typer.Option(None, "--dataset", "-d", help="dataset folder [default: .]"),
+    dataset: Optional[Path] = typer.Option(None, "--dataset", "-d", help="dataset folder [default: .]", parser=_path),
     fmt: str = typer.Option("table", "--format", "-f", help="table | csv | json"),
 ):
     """Run a read-only SQL query over a dataset's catalog (records, quarantine, tasks, split_<name>, ...):
@@ -171,7 +182,7 @@ def sql(
 
 
 @app.command()
-def info(dataset: Path = typer.Argument(...), json_out: bool = typer.Option(False, "--json")):
+def info(dataset: Path = typer.Argument(..., parser=_path), json_out: bool = typer.Option(False, "--json")):
     """Records, tasks and failure rate per hardware and operator class."""
     from .dataset_info import dataset_info
 
@@ -230,10 +241,10 @@ def _warn_several_targets(targets: dict) -> None:
 
 @app.command()
 def prune(
-    dataset: Path = typer.Argument(...),
+    dataset: Path = typer.Argument(..., parser=_path),
     ratio: float = typer.Option(..., help="fraction of records to REMOVE (0.45 keeps 55%)"),
     method: str = typer.Option("hybrid", help="redundancy | cluster | importance | hybrid | density | random"),
-    out: Path = typer.Option(..., "--out", "-o"),
+    out: Path = typer.Option(..., "--out", "-o", parser=_path),
     seed: int = typer.Option(0),
     min_keep: int = typer.Option(8, help="records every task keeps at least"),
     split: Optional[str] = typer.Option(None, help="prune only this split's training part (the ratio is of that "
@@ -317,7 +328,7 @@ def _percent(x: float) -> str:
 
 @splits_app.command("make")
 def splits_make(
-    dataset: Path = typer.Argument(...),
+    dataset: Path = typer.Argument(..., parser=_path),
     scheme: str = typer.Option(..., help="within-task | network | operator | hardware | task"),
     name: Optional[str] = typer.Option(None, help="split name (default: the scheme)"),
     seed: int = typer.Option(0),
@@ -373,8 +384,8 @@ def splits_make(
 
 
 @splits_app.command("analyze")
-def splits_analyze(dataset: Path = typer.Argument(...), name: str = typer.Option(...),
-                   out: Path = typer.Option(Path("reports/splits"), "--out", "-o")):
+def splits_analyze(dataset: Path = typer.Argument(..., parser=_path), name: str = typer.Option(...),
+                   out: Path = typer.Option(Path("reports/splits"), "--out", "-o", parser=_path)):
     """Report a split: sizes, leakage, label distribution, feature drift, cross-hardware rank correlation."""
     from .splits import analyze
 
@@ -387,10 +398,10 @@ def splits_analyze(dataset: Path = typer.Argument(...), name: str = typer.Option
 
 @app.command()
 def train(
-    dataset: Path = typer.Argument(...),
+    dataset: Path = typer.Argument(..., parser=_path),
     split: str = typer.Option(..., help="split name (see curate splits make)"),
     model: str = typer.Option("attention", help="attention | mlp | gbdt"),
-    out: Path = typer.Option(..., "--out", "-o", help="model directory"),
+    out: Path = typer.Option(..., "--out", "-o", help="model directory", parser=_path),
     epochs: Optional[int] = typer.Option(None, min=1, help="epochs (neural models); default 24 (model.DEFAULT_EPOCHS), "
                                          "what the attention defaults were tuned at"),
     device: str = typer.Option("cpu", help="cpu | cuda (attention and mlp; gbdt trains on the CPU)"),
@@ -489,8 +500,8 @@ def _attention_number(name: str, value: str, kind: type, model: str):
 
 @app.command()
 def evaluate(
-    model_dir: Path = typer.Argument(...),
-    dataset: Path = typer.Argument(...),
+    model_dir: Path = typer.Argument(..., parser=_path),
+    dataset: Path = typer.Argument(..., parser=_path),
     split: str = typer.Option(...),
     part: str = typer.Option("test"),
     include_failed: bool = typer.Option(False, "--include-failed", help="score the failed measurements too, with "
@@ -528,9 +539,10 @@ def evaluate(
 @report_app.command("pca")
 def report_pca(
     dataset_arg: Optional[Path] = typer.Argument(None, metavar="[DATASET]", show_default=False,
-                                                 help="a dataset or logs, as --dataset"),
-    dataset: Optional[Path] = typer.Option(None, "--dataset", help="a dataset or logs [default: data/sample-cpu]"),
-    out: Path = typer.Option(Path("reports/pca.md"), "--out", "-o"),
+                                                 help="a dataset or logs, as --dataset", parser=_path),
+    dataset: Optional[Path] = typer.Option(None, "--dataset", help="a dataset or logs [default: data/sample-cpu]",
+                                           parser=_path),
+    out: Path = typer.Option(Path("reports/pca.md"), "--out", "-o", parser=_path),
     epochs: int = typer.Option(24, min=1),
     workers: int = typer.Option(2, min=1,
                                 help="processes training the report's models (the report is the same for any)"),
@@ -555,7 +567,7 @@ def report_pca(
 def collect(
     workloads: str = typer.Option("sample", help="a built-in workload set or a JSON file of workload names"),
     trials: int = typer.Option(64, min=1, help="measured trials per workload"),
-    out: Path = typer.Option(..., "--out", "-o"),
+    out: Path = typer.Option(..., "--out", "-o", parser=_path),
     target: str = typer.Option("auto"),
     seed: int = typer.Option(0),
     trials_per_iter: int = typer.Option(64, min=1),
@@ -575,11 +587,11 @@ def collect(
 
 @app.command()
 def verify(
-    model: List[Path] = typer.Option(..., "--model", help="trained model directories"),
+    model: List[Path] = typer.Option(..., "--model", help="trained model directories", parser=_path),
     workloads: str = typer.Option("heldout"),
     trials: int = typer.Option(64, min=1),
     seeds: int = typer.Option(3, min=1),
-    out: Path = typer.Option(Path("reports/verify"), "--out", "-o"),
+    out: Path = typer.Option(Path("reports/verify"), "--out", "-o", parser=_path),
 ):
     """Tune held-out workloads with each model as MetaSchedule's cost model vs XGB and random (needs tvm)."""
     import contextlib
@@ -597,7 +609,7 @@ def verify(
 
 @app.command("run")
 def run_pipeline(
-    pipeline: Path = typer.Argument(..., help="a pipelines/*.toml file"),
+    pipeline: Path = typer.Argument(..., help="a pipelines/*.toml file", parser=_path),
     set_: List[str] = typer.Option([], "--set", help="override: step.param=value"),
     executor: str = typer.Option("local", help="local (processes) | ray (a local Ray instance, or --address)"),
     address: Optional[str] = typer.Option(None, help="Ray cluster to connect to, e.g. auto (implies --executor ray)"),

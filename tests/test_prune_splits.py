@@ -1196,6 +1196,28 @@ def test_integers_past_64_bits_and_split_names_that_leave_the_folder_are_refused
         " ".join(r.output.split()), r.output
 
 
+def test_an_empty_path_argument_is_refused_not_read_as_the_current_folder(tmp_path, monkeypatch):
+    """Typer read '' as '.': `curate convert "" --out x` converted every log under the current folder, and
+    `curate info ""` described whatever dataset the current folder was (a CLI fuzz, session 34)."""
+    from typer.testing import CliRunner
+
+    from tenset_curate.cli import app
+
+    work = tmp_path / "work"
+    shutil.copytree(REAL / "ansor" / "roller-k80" / "pooling", work / "logs")
+    monkeypatch.chdir(work)
+    for argv in (["convert", "", "--out", "ds"], ["convert", "logs", "--out", ""], ["info", ""],
+                 ["splits", "make", "", "--scheme", "within-task"], ["train", "", "--split", "wt", "--out", "m"],
+                 ["evaluate", "m", "", "--split", "wt"], ["prune", "logs", "--ratio", "0.5", "--out", ""],
+                 ["report", "pca", "--dataset", "", "--out", "r.md"], ["run", ""]):
+        r = CliRunner().invoke(app, argv)
+        assert r.exit_code == 2 and "an empty path: name a file or folder ('.' for the current folder)" in \
+            " ".join(r.output.replace("│", " ").split()), (argv, r.output)
+    assert sorted(p.name for p in work.iterdir()) == ["logs"]  # nothing converted, nothing written
+    r = CliRunner().invoke(app, ["convert", ".", "--out", "ds", "--json"])  # '.' says so, and still works
+    assert r.exit_code == 0 and json.loads(r.stdout)["totals"]["rows"] == 12720, r.output
+
+
 def test_a_damaged_record_shard_is_named_and_a_convert_run_again_repairs_it(tmp_path):
     """Found by a CLI fuzz (session 34): a record shard cut short, emptied or damaged inside ended info, splits,
     train, evaluate and prune in a Parquet library's traceback that named no file; and a convert run again skipped
