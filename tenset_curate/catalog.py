@@ -450,6 +450,7 @@ def connect_readonly(dataset_dir: str | os.PathLike) -> duckdb.DuckDBPyConnectio
         # Shadow the catalog's relative-path views with absolute-path TEMP views (see module doc).
         prefix = str(root) + "/"
         failed: dict[str, str] = {}
+        damaged: set[str] = set()  # views that failed on a record shard damaged inside
         for v in _view_definitions(root):
             if v.name == "catalog_info":  # reads no file: the catalog's own view (with its build time) serves
                 continue
@@ -463,6 +464,7 @@ def connect_readonly(dataset_dir: str | os.PathLike) -> duckdb.DuckDBPyConnectio
                 bad = unreadable_shard(root) if "records/" in v.sql and not deps else None
                 if bad:  # a record shard damaged inside: name it (DuckDB's message names no file)
                     why = str(damaged_inside(*bad))
+                    damaged.add(v.name)
                 failed[v.name] = why
                 msg = f"view {v.name} is unavailable: {why}"
                 con.execute(
@@ -474,22 +476,23 @@ def connect_readonly(dataset_dir: str | os.PathLike) -> duckdb.DuckDBPyConnectio
         con.close()
         raise
     if failed:
-        _UNAVAILABLE[con] = failed
+        _UNAVAILABLE[con] = (failed, damaged)
     return con
 
 
-# connection -> {view: why} for the views connect_readonly could not create: a query naming one fails with a
-# binder error about the stand-in's columns, and run_sql says why instead
-_UNAVAILABLE: "weakref.WeakKeyDictionary[duckdb.DuckDBPyConnection, dict[str, str]]" = weakref.WeakKeyDictionary()
+# connection -> ({view: why}, the views of a damaged shard) for the views connect_readonly could not create: a
+# query naming one fails with a binder error about the stand-in's columns, and run_sql says why instead
+_UNAVAILABLE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _unavailable_view_error(con: duckdb.DuckDBPyConnection, query: str, exc: duckdb.Error) -> Exception | None:
     """The error to raise instead of DuckDB's ``exc`` when ``query`` names a view the connection could not create:
     a ``storage.DamagedShard`` naming the shard when that was the reason; DuckDB's InvalidInputException saying
     which view and why when ``exc`` does not say it (a binder error about the stand-in's columns); else None."""
-    for name, why in _UNAVAILABLE.get(con, {}).items():
+    failed, damaged = _UNAVAILABLE.get(con, ({}, set()))
+    for name, why in failed.items():
         if re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", query, re.IGNORECASE):
-            if "the shard is damaged inside" in why and " it reads view " not in why:
+            if name in damaged:
                 return DamagedShard(why)
             if "is unavailable: " not in str(exc):
                 return duckdb.InvalidInputException(f"view {name} is unavailable: {why}")
