@@ -937,6 +937,8 @@ def run_sql(
     ``storage.IncompleteDataset`` for a dataset an interrupted write left; warns (``storage.DatasetBeingWritten``)
     while a writer holds the dataset.
     """
+    if not isinstance(query, str):  # bytes were "refused: empty query"
+        raise TypeError(f"query {query!r}: one SQL statement as a str")
     if fmt not in FORMATS:
         raise ValueError(f"fmt must be one of {FORMATS}, got {fmt!r}")
     if limit is not None and (not isinstance(limit, numbers.Integral) or isinstance(limit, bool) or limit < 0):
@@ -970,6 +972,10 @@ def run_sql(
             ) from exc
         if unavailable is not None:
             raise unavailable from exc
+        if isinstance(exc, duckdb.CatalogException) and "does not exist" in first:  # DuckDB suggested sqlite_schema
+            views = sorted({r[0] for r in con.execute(
+                "SELECT view_name FROM duckdb_views() WHERE NOT internal AND schema_name = 'main'").fetchall()})
+            raise duckdb.CatalogException(f"{first}; the dataset's views: {', '.join(views)}") from exc
         raise
     finally:
         if own:
@@ -1018,12 +1024,22 @@ def _jsonable(v: Any) -> Any:
 def _dumps(obj: Any) -> str:
     obj = _jsonable(obj)
     if orjson is not None:
-        return orjson.dumps(obj).decode()
+        try:
+            return orjson.dumps(obj).decode()
+        except TypeError:  # an integer past 64 bits (a HUGEINT sum): the standard library writes it exactly
+            pass
     return json.dumps(obj, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
 
 
 def format_json(table: pa.Table) -> str:
-    """A JSON array of row objects (NaN/inf as null, bytes as hex, temporals as ISO strings)."""
+    """A JSON array of row objects (NaN/inf as null, bytes as hex, temporals as ISO strings). Refuses a result with
+    two columns of one name (a join's ``*``): an object keeps one of them, and the other's values were lost."""
+    names = table.column_names
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        said = ", ".join(map(repr, twice[:5])) + (f" and {len(twice) - 5} more" if len(twice) > 5 else "")
+        raise ValueError(f"JSON rows need distinct column names; the result has {said} more than once: name them "
+                         "apart (AS), or use the table, csv or arrow format")
     return _dumps(table.to_pylist())
 
 

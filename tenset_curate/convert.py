@@ -467,9 +467,15 @@ def convert(inputs: list, out: Path, hardware: str | None = None, workers: int =
     log = log or (lambda msg: None)
     if isinstance(inputs, (str, os.PathLike)):  # one input (a string was read one character at a time)
         inputs = [inputs]
+    if not isinstance(inputs, (list, tuple)) or not inputs or not all(isinstance(p, (str, os.PathLike))
+                                                                     for p in inputs):
+        raise InputError(f"inputs {inputs!r}: a log file or folder, or a list of them")  # None, [] said nothing
     check_int("workers", workers, 1)
+    check_int("group_bytes", group_bytes, 1)  # 0, nan or inf were taken; "abc" failed in a comparison
     if hardware is not None and not (isinstance(hardware, str) and hardware.strip()):
         raise ValueError(f"hardware {hardware!r}: a name, or None to name the hardware by the inputs' rules")
+    if hardware is not None and len(f"hardware={_safe_part(hardware)}".encode()) > 255:  # every input failed on it
+        raise ValueError(f"hardware {hardware[:40]!r}...: a name of at most 246 bytes (it names a folder)")
     check_out_kind(out, "dataset")
     executor = resolve_executor(executor, address)
     t0 = time.perf_counter()

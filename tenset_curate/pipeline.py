@@ -48,7 +48,7 @@ import orjson
 
 from .executors import ExecutorError, WorkerLost, check_executor, resolve_executor
 from .model import DEFAULT_EPOCHS
-from .storage import (OutputError, atomic_write_bytes, atomic_write_json, atomic_write_text, dataset_lock,
+from .storage import (OutputError, atomic_write_bytes, atomic_write_json, atomic_write_text, check_int, dataset_lock,
                       remove_stale_tmp, safe_join)
 
 STEPS = ["collect", "convert", "splits", "prune", "train", "evaluate", "verify", "report"]
@@ -132,6 +132,7 @@ def _check_values(cfg: dict, path: Path) -> None:
         except (ValueError, TypeError) as e:
             raise PipelineError(f"{path}: {where}: {e}") from None
 
+    made = None  # the splits the splits step makes, where it runs
     if "splits" in steps:
         names = []
         for sp in cfg.get("splits", {}).get("split", []):
@@ -140,27 +141,34 @@ def _check_values(cfg: dict, path: Path) -> None:
                 refuse(f"[splits] split {sp['name']!r}", check_split_args,
                        **{k: v for k, v in sp.items() if k != "name"})
                 names.append(sp["name"])
+        made = names if cfg.get("splits", {}).get("split") else ["within_task"]  # the splits step's default
     if "prune" in steps:
         pr = cfg.get("prune", {})
         refuse("[prune]", check_prune_args, pr.get("ratio", 0.45), pr.get("method", "hybrid"), pr.get("seed", 0),
                pr.get("min_keep", 8), pr.get("workers", 1))
-        if "split" in pr and "splits" in steps:
-            made = names if cfg.get("splits", {}).get("split") else ["within_task"]  # the splits step's default
-            if pr["split"] not in made:
-                raise PipelineError(f"{path}: [prune] split {pr['split']!r}: the splits step makes {made}")
+        if "split" in pr and made is not None and pr["split"] not in made:
+            raise PipelineError(f"{path}: [prune] split {pr['split']!r}: the splits step makes {made}")
         if "split" in pr and "pruned" in t.get("data", []) and t.get("split", "within_task") != pr["split"]:
             raise PipelineError(f"{path}: [prune] split {pr['split']!r} but [train] split "
                                 f"{t.get('split', 'within_task')!r}: the pruned model would train on records the "
                                 "prune did not choose among (give both the same split)")
+    for step, default in (("train", "within_task"), ("evaluate", "within_task")):
+        sp = cfg.get(step, {}).get("split", default)
+        if step in steps and made is not None and sp not in made:  # a typo failed after the training
+            raise PipelineError(f"{path}: [{step}] split {sp!r}: the splits step makes {made}")
     if "train" in steps:
+        for key, least in (("seed", 0), ("max_per_task", 2), ("epochs", 1)):  # as train_model checks them
+            try:
+                if t.get(key) is not None:
+                    check_int(key, t[key], least)
+            except ValueError as e:  # "[train] seed -1: an integer, at least 0"
+                raise PipelineError(f"{path}: [train] {e}") from None
         kinds = t.get("models", ["gbdt", "attention"])
         bad = [k for k in kinds if k not in M._KINDS]
         if bad:
             raise PipelineError(f"{path}: [train] models {bad}: each is one of {sorted(M._KINDS)}")
         for kind in kinds:
             refuse("[train]", check_device, kind, str(t.get("device", "cpu")))
-        if not isinstance(t.get("epochs", DEFAULT_EPOCHS), int) or t.get("epochs", DEFAULT_EPOCHS) < 1:
-            raise PipelineError(f"{path}: [train] epochs {t.get('epochs')!r}: an integer, at least 1")
         bad = [d for d in t.get("data", ["full"]) if d not in TRAIN_DATA]
         if bad:
             raise PipelineError(f"{path}: [train] data {bad}: each is full or pruned")
@@ -309,8 +317,11 @@ def run(pipeline: Path, overrides: list[str] | None = None, executor: str = "loc
     try:
         executor = resolve_executor(executor, address)
         check_executor(executor)
-    except ExecutorError as e:
+        check_int("workers", workers, 1)  # 0 passed the dry run and failed at the first step that forks
+    except (ExecutorError, ValueError) as e:
         raise PipelineError(str(e)) from None
+    if isinstance(overrides, str):  # one override: it was read one character at a time ("--set 'p'")
+        overrides = [overrides]
     cfg = load_pipeline(pipeline, overrides)
     base = Path(cwd or Path.cwd())
     try:

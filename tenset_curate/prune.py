@@ -914,10 +914,16 @@ def _pass2(item: dict) -> dict:
     if tr is not None:  # the split's other records stay as they are (duplicates merge within the training part only)
         kept = pl.concat([kept, df.filter(~pl.Series(tr))], how="vertical_relaxed")
     kept = kept.sort(["hardware", "task_id", "record_id"])
-    outputs = []
+    # one shard per hardware folder, as convert writes them: two names of one folder (gpu/a100 and gpu_a100) share
+    # it (the column keeps the name); one shard per name wrote both to one path and failed
+    folders: dict[str, list[pl.DataFrame]] = {}
     for (hw,), part in kept.group_by("hardware", maintain_order=True):
-        rel = f"records/hardware={_safe_part(hw)}/part-{item['id']:05d}.parquet"
-        write_parquet_atomic(Path(item["stage"]) / rel, part.select(RECORD_SCHEMA.names).to_arrow().cast(RECORD_SCHEMA))
+        folders.setdefault(_safe_part(hw), []).append(part)
+    outputs = []
+    for folder, parts in folders.items():
+        rel = f"records/hardware={folder}/part-{item['id']:05d}.parquet"
+        write_parquet_atomic(Path(item["stage"]) / rel, pl.concat(parts).select(RECORD_SCHEMA.names).to_arrow()
+                             .cast(RECORD_SCHEMA))
         outputs.append(rel)
     npz.unlink()
     ops = dataset_operator_classes(df, item["dataset"])
@@ -989,11 +995,17 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
     source: the comparison ``--evaluate`` makes, with the product's own commands. Duplicates merge without pooling
     their costs (each set keeps its fastest member as it was), so no task's best valid cost moves and every
     held-out label stays as it was. Split rows match records by id, hardware and task. A split made on the pruned
-    dataset itself draws its test records from the kept ones."""
+    dataset itself draws its test records from the kept ones. What does change for held-out records: the
+    within-task statistics of the task-relative features (``model.task_relative_inputs``) are over every record of
+    the task in the dataset scored, so the pruned dataset's fewer training records give its test records other
+    feature values than the source's: part of what training on pruned data means, as each model is scored on the
+    dataset it trained on."""
     from .executors import map_unordered, process_pool, resolve_executor
     from .storage import _explain, atomic_write_json, atomic_write_text, dataset_lock, remove_stale_tmp
 
     check_prune_args(ratio, method, seed, min_keep, workers)
+    # NumPy numbers pass the checks; as Python's they go into the JSON records (np.float64 failed there, after the work)
+    ratio, seed, min_keep, workers = float(ratio), int(seed), int(min_keep), int(workers)
     executor = resolve_executor(executor, address)
     t0 = time.perf_counter()
     dataset, out = Path(dataset), Path(out)
@@ -1005,6 +1017,10 @@ def prune(dataset: Path, out: Path, ratio: float, method: str = "hybrid", seed: 
 
         check_split_name(None, split)
         source = {"sha256": file_sha256(split_file(dataset, split)), "info": split_info(dataset, split)}
+        counts = source["info"].get("counts") or {}
+        if counts and not counts.get("train"):  # else "was the split made on another dataset?", after pass 1
+            raise ValueError(f"split {split} of {dataset} has no training part to prune (its parts: "
+                             + ", ".join(f"{k} {v:,}" for k, v in sorted(counts.items())) + ")")
     units = plan_units(dataset, unit_records)
     workers = max(1, min(int(workers), len(units)))  # no pool for a single unit
     with dataset_lock(out, what="curate prune"):

@@ -302,6 +302,10 @@ def pca_report(dataset: Path, out: Path, epochs: int = 24, ratio: float = 0.45, 
     check_int("workers", workers, 1)
     if not Path(dataset).exists():
         raise FileNotFoundError(f"{dataset}: no such dataset or logs")
+    if not isinstance(out, (str, os.PathLike)) or not str(out):  # None wrote the report to a file named None
+        raise TypeError(f"out {out!r}: the path of the report's Markdown file")
+    if Path(out).is_dir():  # found only when the report was written, after every model had trained
+        raise ValueError(f"out {out}: a folder; the report is a Markdown file (e.g. {Path(out) / 'pca.md'})")
     if os.environ.get(PORTABLE_FLAG) != "1":
         return _in_portable_process(dataset, out, epochs, ratio, seed, command, workers)
     from .metrics import random_topk_expectation
@@ -320,7 +324,10 @@ def pca_report(dataset: Path, out: Path, epochs: int = 24, ratio: float = 0.45, 
         else:
             from .convert import convert
 
-            convert([dataset], ds)
+            conv = convert([dataset], ds)
+            if not conv["totals"]["rows"]:  # else prune named the temporary folder: "run curate convert ... --out /tmp/.."
+                raise ValueError(f"{dataset}: no measurement record in it ({conv['totals']['quarantined']} line(s) "
+                                 "quarantined); give a dataset, or Ansor/TenSet logs or a MetaSchedule database")
         pruned = work / "pruned"
         pruning = prune(ds, pruned, ratio, "hybrid", seed, report=False)
         from .prune import load_records

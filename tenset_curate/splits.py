@@ -118,7 +118,10 @@ def make_split(records: pl.DataFrame, scheme: str, seed: int = 0, test_fraction:
     check_split_args(scheme, test_fraction, valid_fraction, holdout, train_hw, test_hw, few_shot, seed)
     holdout, train_hw, test_hw = _names(holdout, "--holdout"), _names(train_hw, "--train-hw"), _names(test_hw,
                                                                                                     "--test-hw")
-    seed = int(seed)
+    # NumPy or Fraction numbers pass the checks; as Python's they go into the split's JSON record (np.float64 failed
+    # there, after the split's Parquet file was written)
+    seed, few_shot = int(seed), float(few_shot)
+    test_fraction, valid_fraction = float(test_fraction), float(valid_fraction)
     df = records.select("record_id", "hardware", "task_id", "workload_key")
     u = _u01(df["record_id"], seed, "test")
     info: dict = {"scheme": scheme, "seed": seed}
@@ -198,6 +201,7 @@ def make_split(records: pl.DataFrame, scheme: str, seed: int = 0, test_fraction:
     tr = part == "train"
     v = _u01(df["record_id"], seed, "valid") < valid_fraction
     part[tr & v] = "valid"
+    info["valid_fraction"] = valid_fraction  # the record says every option the split was made with
     out = df.select("record_id", "hardware", "task_id").with_columns(pl.Series("part", part.astype(str)))
     out = out.filter(pl.col("part") != "drop")
     if scheme in ("network", "operator", "task"):  # leak-freedom by construction: a task is in one side only
@@ -352,6 +356,9 @@ def analyze(dataset: Path, name: str, out_dir: Path) -> Path:
     split = read_split(dataset, name)
     if out_dir.exists() and not out_dir.is_dir():
         raise FileExistsError(f"{out_dir}: a file; the report goes into a folder")
+    from .storage import check_out_kind
+
+    check_out_kind(out_dir, "report")  # its Markdown and PNGs went into a dataset's or a model's folder
     out_dir.mkdir(parents=True, exist_ok=True)
     info = split_info(dataset, name)
     recs = with_labels(load_records(dataset)).join(split.select("record_id", "part"), on="record_id", how="inner")

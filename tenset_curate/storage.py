@@ -142,7 +142,8 @@ def atomic_savefig(fig, path: Path, **kw) -> None:
 
 
 def atomic_write_json(path: Path, obj) -> None:
-    atomic_write_bytes(path, orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
+    opts = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS | orjson.OPT_SERIALIZE_NUMPY  # a NumPy number is a number
+    atomic_write_bytes(path, orjson.dumps(obj, option=opts) + b"\n")
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -302,7 +303,7 @@ def folder_kind(d: Path) -> str | None:
 
 
 def check_out_kind(out: Path, kind: str) -> None:
-    """Refuse to write a ``kind`` ("dataset" or "model") into ``out`` when it holds the other kind: a model
+    """Refuse to write a ``kind`` ("dataset", "model" or "report") into ``out`` when it holds another kind: a model
     written into a dataset folder, or records into a model's, left the two mixed in one folder (a CLI fuzz)."""
     have = folder_kind(out)
     if have is not None and have != kind:
@@ -502,6 +503,13 @@ def check_int(name: str, value, least: int | None = None) -> None:
         raise ValueError(f"{name} {value!r}: an integer" + (f", at least {least}" if least is not None else ""))
     if not -(1 << 63) <= value < 1 << 63:  # stored in JSON and hashed as 64 bits: it failed after the work was done
         raise ValueError(f"{name} {value!r}: an integer of at most 64 bits (under 2**63 in magnitude)")
+
+
+def check_bool(name: str, value) -> None:
+    """Refuse a flag that is not a bool (NumPy's included), naming it: "yes" as ``include_failed`` was read as a
+    column name deep in a Polars query, 1 as an integer Polars would not "or" with a boolean."""
+    if not (isinstance(value, bool) or type(value).__name__ == "bool_"):  # NumPy's, without importing it here
+        raise ValueError(f"{name} {value!r}: True or False")
 
 
 def file_sha256(path: Path, bufsize: int = 1 << 20) -> str:

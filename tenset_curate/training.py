@@ -465,10 +465,19 @@ def train_model(dataset: Path, split: str, kind: str, out: Path, epochs: int = D
     t0 = time.perf_counter()
     if kind not in MODEL_KINDS:
         raise ValueError(f"unknown model {kind!r}; choose from {', '.join(MODEL_KINDS)}")
+    if not isinstance(device, str):
+        raise ValueError(f"device {device!r}: cpu or cuda (cuda:N for one GPU of several)")
     check_device(kind, device)
-    from .storage import check_int
+    from .storage import check_bool, check_int
 
     check_int("seed", seed, 0)  # it seeds numpy and torch, which take no negative seed
+    check_int("epochs", epochs, 1)  # nan and None failed in int() naming no argument; 1.5 and "1" trained 1 epoch
+    if max_per_task is not None:
+        check_int("max_per_task", max_per_task, 2)  # 2.5 was used as 2; "20" failed in a comparison
+        max_per_task = int(max_per_task)
+    seed, epochs = int(seed), int(epochs)  # NumPy integers as Python's, in the result and the model's record
+    for flag, v in (("progress", progress), ("memory_check", memory_check), ("include_failed", include_failed)):
+        check_bool(flag, v)
     if Path(out).exists() and not Path(out).is_dir():  # refused before the training, not after it
         raise FileExistsError(f"{out}: a file; the model is a directory")
     from .storage import check_out_kind
@@ -639,7 +648,10 @@ def evaluate_model(model_dir: Path, dataset: Path, split: str, part: str = "test
     records")."""
     from .metrics import evaluate_predictions
     from .model import load_model
+    from .storage import check_bool, check_int
 
+    check_int("chunk_records", chunk_records, 1)  # 0 and -1 were taken, nan failed in int() naming nothing
+    check_bool("include_failed", include_failed)
     m = load_model(model_dir, expected_feature_version=FEATURE_VERSION)
     check_same_split(m, dataset, split, model_dir)
     seen = trained_records_scored(m, dataset, split, part)

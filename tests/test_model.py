@@ -788,6 +788,26 @@ def test_a_device_the_model_cannot_train_on_is_refused_before_reading(tmp_path):
         with pytest.raises(ValueError, match=f"--out {tmp_path / 'ok'}: it holds a model, and a dataset does not go"):
             write()
     assert sorted(p.name for p in (tmp_path / "ok").iterdir()) == ["config.json", "model.txt"]
+    from tenset_curate.splits import analyze
+
+    with pytest.raises(ValueError, match="it holds a model, and a report does not go there"):
+        analyze(ds, "within", tmp_path / "ok")
+    # the session-35 audit: values that failed deep in Polars, int() or a comparison, naming no argument, or were
+    # taken as something else (epochs 1.5 trained 1, max_per_task 2.5 kept 2)
+    for kw, match in (({"include_failed": "yes"}, "include_failed 'yes': True or False"),
+                      ({"include_failed": 1}, "include_failed 1: True or False"),
+                      ({"epochs": float("nan")}, "epochs nan: an integer, at least 1"),
+                      ({"epochs": 1.5}, "epochs 1.5: an integer"), ({"epochs": None}, "epochs None: an integer"),
+                      ({"max_per_task": 2.5}, "max_per_task 2.5: an integer"),
+                      ({"max_per_task": "20"}, "max_per_task '20': an integer"),
+                      ({"device": None}, "device None: cpu or cuda")):
+        with pytest.raises(ValueError, match=re.escape(match)):
+            train_model(ds, "within", "mlp", tmp_path / "bad", **kw)
+    for kw, match in (({"include_failed": "yes"}, "include_failed 'yes': True or False"),
+                      ({"chunk_records": 0}, "chunk_records 0: an integer, at least 1")):
+        with pytest.raises(ValueError, match=re.escape(match)):
+            evaluate_model(tmp_path / "ok", ds, "within", **kw)
+    assert not (tmp_path / "bad").exists()
     r = CliRunner().invoke(app, ["evaluate", str(tmp_path / "afile"), str(ds), "--split", "within"])
     assert r.exit_code == 2 and "no config.json in" in r.output and isinstance(r.exception, SystemExit), r.output
 

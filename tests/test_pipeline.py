@@ -239,7 +239,13 @@ def test_values_a_step_refuses_fail_the_dry_run_and_name_the_file(project):
              (['train.models=["xgb"]'], r"\[train\] models \['xgb'\]"),
              (['train.device="cuda"'], r"gbdt \(LightGBM\) trains on the CPU"),
              (["train.epochs=0"], r"\[train\] epochs 0"),
-             (["train.gbdt.n_estimators=0"], r"\[train.gbdt\]: .*n_estimators must be at least 1")]
+             (["train.gbdt.n_estimators=0"], r"\[train.gbdt\]: .*n_estimators must be at least 1"),
+             # the Python API audit (session 35): these passed the dry run and failed after the steps before them
+             (['evaluate.split="nosuch"'], r"\[evaluate\] split 'nosuch': the splits step makes \['within_task'\]"),
+             (['train.split="nosuch"'], r"\[train\] split 'nosuch': the splits step makes \['within_task'\]"),
+             (["train.seed=-1"], r"\[train\] seed -1: an integer, at least 0"),
+             (["train.seed=true"], r"\[train\] seed True: an integer"),
+             (["train.max_per_task=1"], r"\[train\] max_per_task 1: an integer, at least 2")]
     for sets, match in cases:
         for dry in (True, False):
             with pytest.raises(PipelineError, match=match) as e:
@@ -247,8 +253,13 @@ def test_values_a_step_refuses_fail_the_dry_run_and_name_the_file(project):
             assert str(e.value).startswith(str(p)), e.value
             assert not (project / "runs").exists()  # refused before anything ran
     s = run(p, cwd=project, dry_run=True, overrides=['splits.split=[{name="w", scheme="operator", '
-                                                     'holdout=["dense"]}]', 'prune.method="random"'])
+                                                     'holdout=["dense"]}]', 'prune.method="random"',
+                                                     'train.split="w"', 'evaluate.split="w"'])
     assert [r["status"] for r in s["steps"]] == ["would run"] * 6  # values the steps take still pass
+    with pytest.raises(PipelineError, match="workers 0: an integer, at least 1"):  # failed at the first fork
+        run(p, cwd=project, workers=0, dry_run=True)
+    with pytest.raises(PipelineError, match=r"\[prune\]: ratio 1.5"):  # one override as a str: it was read as 'p', ...
+        run(p, cwd=project, dry_run=True, overrides="prune.ratio=1.5")
 
 
 def test_values_of_the_wrong_type_and_unreadable_files_are_refused_naming_the_file(project):

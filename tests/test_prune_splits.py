@@ -1293,3 +1293,51 @@ def test_a_damaged_record_shard_is_named_and_a_convert_run_again_repairs_it(tmp_
     assert shard.read_bytes() == (good / shard.relative_to(ds)).read_bytes()
     r = CliRunner().invoke(app, ["info", str(ds), "--json"])
     assert r.exit_code == 0 and json.loads(r.stdout)["records"] == 12720, r.output
+
+
+def test_the_python_api_takes_numpy_numbers_and_refuses_what_failed_later(tmp_path):
+    """Found by the Python API audit (session 35): two hardware names of one folder (gpu/k80 and gpu_k80) made every
+    prune of the dataset fail; NumPy numbers passed the checks and failed writing JSON after the work (write_split
+    left a split without its record); a split without a training part was blamed on another dataset; JSON results
+    lost one of two columns of one name and failed on integers past 64 bits; None or [] as convert's inputs, and a
+    hardware name too long for a folder, converted nothing without an error."""
+    from fractions import Fraction
+
+    from tenset_curate.catalog import run_sql
+    from tenset_curate.readers import InputError
+    from tenset_curate.splits import split_info
+
+    ds = tmp_path / "ds"
+    convert([REAL / "ansor" / "roller-k80" / "pooling"], ds, hardware="gpu_k80")
+    convert([Path(__file__).resolve().parents[1] / "data" / "sample-cpu"], ds, hardware="gpu/k80")
+    assert sorted(p.name for p in (ds / "records").iterdir()) == ["hardware=gpu_k80"]  # one folder, two names
+    r = prune(ds, tmp_path / "p", np.float64(0.5), method="random", seed=np.int64(1), min_keep=np.int64(3))
+    names = load_records(tmp_path / "p", ["hardware"])["hardware"].value_counts().sort("hardware").rows()
+    assert [n for n, _ in names] == ["gpu/k80", "gpu_k80"] and sum(c for _, c in names) == r["records_after"]
+    assert json.loads((tmp_path / "p" / "prune.json").read_text())["ratio_requested"] == 0.5
+    info = write_split(ds, "tf", "within-task", test_fraction=np.float32(0.25), valid_fraction=Fraction(1, 10),
+                       seed=np.int64(2))
+    got = split_info(ds, "tf")
+    assert (got["seed"], got["test_fraction"], got["valid_fraction"]) == (2, float(np.float32(0.25)), 0.1)
+    assert json.loads((ds / "splits" / "tf.json").read_text())["counts"] == info["counts"]
+    from tenset_curate.dataset_info import dataset_info
+
+    classes = sorted({r["op_class"] for r in dataset_info(ds)["by_hardware_operator"]})
+    write_split(ds, "all_test", "operator", holdout=classes)  # every class held out: nothing trains
+    assert set(split_info(ds, "all_test")["counts"]) == {"test"}
+    with pytest.raises(ValueError, match=r"split all_test of .*ds has no training part to prune \(its parts: test "):
+        prune(ds, tmp_path / "p2", 0.5, split="all_test")
+    with pytest.raises(ValueError, match="the result has 'hardware', 'task_id' more than once: name them apart"):
+        run_sql(ds, "SELECT r.hardware, s.hardware, r.task_id, s.task_id FROM records r JOIN records s "
+                    "USING (record_id) LIMIT 1", fmt="json")
+    big = run_sql(ds, "SELECT sum(hash(record_id)) AS s FROM records", fmt="arrow").column("s")[0].as_py()
+    assert big >= 1 << 64 and json.loads(run_sql(ds, "SELECT sum(hash(record_id)) AS s FROM records",
+                                                 fmt="json")) == [{"s": big}]
+    for bad in (None, [], [3]):
+        with pytest.raises(InputError, match="a log file or folder, or a list of them"):
+            convert(bad, tmp_path / "x")
+    with pytest.raises(ValueError, match="group_bytes 0: an integer, at least 1"):
+        convert([REAL / "ansor" / "roller-k80" / "pooling"], tmp_path / "x", group_bytes=0)
+    with pytest.raises(ValueError, match="a name of at most 246 bytes"):
+        convert([REAL / "ansor" / "roller-k80" / "pooling"], tmp_path / "x", hardware="h" * 250)
+    assert not (tmp_path / "x").exists()

@@ -52,12 +52,20 @@ def test_pca_report_refuses_bad_arguments_at_once_and_raises_its_process_errors_
 
     for kw, err, match in (({"dataset": tmp_path / "nope"}, FileNotFoundError, "nope: no such dataset or logs"),
                            ({"epochs": 0}, ValueError, "epochs 0: an integer, at least 1"),
-                           ({"ratio": 1.5}, ValueError, "ratio 1.5: the fraction removed")):
+                           ({"ratio": 1.5}, ValueError, "ratio 1.5: the fraction removed"),
+                           # the session-35 audit: None wrote the report to ./None after every fit, and a folder
+                           # was found only when the report was written
+                           ({"out": None}, TypeError, "out None: the path of the report's Markdown file"),
+                           ({"out": tmp_path}, ValueError, "a folder; the report is a Markdown file")):
         with pytest.raises(err, match=match):
             pca_report(**{"dataset": REPO / "data" / "sample-cpu", "out": tmp_path / "r.md", **kw})
+    assert not Path("None").exists() and sorted(p.name for p in tmp_path.iterdir()) == []
     (tmp_path / "empty").mkdir()  # no logs in it: refused by convert, inside the fresh process
     with pytest.raises(InputError, match="no logs found in"):
         pca_report(tmp_path / "empty", tmp_path / "r.md")
+    (tmp_path / "notes.json").write_text('{"a": 1}\n')  # a file of no record: named, not the temporary dataset
+    with pytest.raises(ValueError, match=r"notes.json: no measurement record in it \(1 line\(s\) quarantined\)"):
+        pca_report(tmp_path / "notes.json", tmp_path / "r.md")
     r = CliRunner().invoke(app, ["report", "pca", "--dataset", str(tmp_path / "empty"), "--out",
                                  str(tmp_path / "r.md")])
     assert r.exit_code == 2 and "error: no logs found in" in r.output and isinstance(r.exception, SystemExit)
