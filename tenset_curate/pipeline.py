@@ -34,6 +34,7 @@ finished runs) while their key is unchanged; a changed key starts them afresh.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import numbers
@@ -134,9 +135,14 @@ def _check_values(cfg: dict, path: Path) -> None:
 
     made = None  # the splits the splits step makes, where it runs
     if "splits" in steps:
+        if cfg.get("splits", {}).get("split") == []:  # made no split, and prune failed on the default's absence
+            raise PipelineError(f"{path}: [splits] split is empty; give at least one, or leave it out for the "
+                                "default within_task split")
         names = []
         for sp in cfg.get("splits", {}).get("split", []):
             if isinstance(sp, dict) and "name" in sp and "scheme" in sp:
+                if sp["name"] in names:  # the second replaced the first without a word
+                    raise PipelineError(f"{path}: [splits] split {sp['name']!r} is given twice")
                 refuse(f"[splits] split {sp['name']!r}", check_split_name, None, sp["name"], names)
                 refuse(f"[splits] split {sp['name']!r}", check_split_args,
                        **{k: v for k, v in sp.items() if k != "name"})
@@ -148,7 +154,8 @@ def _check_values(cfg: dict, path: Path) -> None:
                pr.get("min_keep", 8), pr.get("workers", 1))
         if "split" in pr and made is not None and pr["split"] not in made:
             raise PipelineError(f"{path}: [prune] split {pr['split']!r}: the splits step makes {made}")
-        if "split" in pr and "pruned" in t.get("data", []) and t.get("split", "within_task") != pr["split"]:
+        if ("split" in pr and "train" in steps and "pruned" in t.get("data", [])
+                and t.get("split", "within_task") != pr["split"]):
             raise PipelineError(f"{path}: [prune] split {pr['split']!r} but [train] split "
                                 f"{t.get('split', 'within_task')!r}: the pruned model would train on records the "
                                 "prune did not choose among (give both the same split)")
@@ -193,6 +200,20 @@ def _check_values(cfg: dict, path: Path) -> None:
             refuse(f"[train.{kind}]", cls, progress=False, **hp)  # values under their least (HPARAM_MINIMUMS)
 
 
+def _tvm_step_keys() -> dict:
+    """The keys of [collect] and [verify]: their function's keywords (neither module imports TVM until it tunes),
+    less the ones the step sets itself (a table's ``out_dir`` or ``model_dirs`` failed as a TypeError traceback),
+    plus verify's ``models`` (names under train/). A misspelt key was found only when the step ran, after the
+    steps before it."""
+    import inspect
+
+    from .collect import collect
+    from .verifier import verify
+
+    return {"collect": set(inspect.signature(collect).parameters) - {"out_dir", "f_build"},
+            "verify": set(inspect.signature(verify).parameters) - {"model_dirs"} | {"models"}}
+
+
 def check_tables(cfg: dict, path: Path) -> None:
     """Refuse tables and keys no step reads, naming them and what is allowed, before anything runs."""
     import inspect
@@ -202,7 +223,8 @@ def check_tables(cfg: dict, path: Path) -> None:
     unknown = sorted(set(cfg) - set(TABLE_KEYS) - set(STEPS))
     if unknown:
         raise PipelineError(f"{path}: unknown table(s) {unknown}; tables are {['pipeline', *STEPS]}")
-    for table, allowed in TABLE_KEYS.items():
+    keys = {**TABLE_KEYS, **(_tvm_step_keys() if "collect" in cfg or "verify" in cfg else {})}
+    for table, allowed in keys.items():
         t = cfg.get(table, {})
         if not isinstance(t, dict):
             raise PipelineError(f"{path}: [{table}] must be a table, got {t!r}")
@@ -291,10 +313,18 @@ def load_pipeline(path: Path, overrides: list[str] | None = None) -> dict:
     p = cfg.get("pipeline", {})
     if "workdir" not in p:
         raise PipelineError(f"{path}: [pipeline] needs workdir")
-    steps = p.get("steps", STEPS)
+    if "steps" not in p:  # every step ran, collect's and verify's hours of tuning included
+        raise PipelineError(f"{path}: [pipeline] needs steps, the steps to run (of {STEPS}, in that order)")
+    steps = p["steps"]
     bad = [s for s in steps if s not in STEPS]
     if bad:
         raise PipelineError(f"{path}: unknown step(s) {bad}; steps are {STEPS}")
+    twice = sorted({s for s in steps if steps.count(s) > 1})
+    if twice:  # the second overwrote the first's state: both ran on every run
+        raise PipelineError(f"{path}: step(s) {twice} listed more than once; each step runs once")
+    order = [s for s in STEPS if s in steps]
+    if steps != order:  # train before prune trained the "pruned" model on another run's prune/, without a word
+        raise PipelineError(f"{path}: steps {steps}: list them in the order each reads the one before, {order}")
     cfg["pipeline"]["steps"] = steps
     check_tables(cfg, path)
     return cfg
@@ -331,13 +361,16 @@ def run(pipeline: Path, overrides: list[str] | None = None, executor: str = "loc
     steps = cfg["pipeline"]["steps"]
     if from_step is not None and from_step not in steps:  # "" ran no step and said nothing
         raise PipelineError(f"--from {from_step!r}: not a step of this pipeline ({steps})")
+    _check_paths(cfg, steps, base, workdir)
     cv = code_version()
     results = []
-    with dataset_lock(workdir, what=f"curate run {pipeline}"):
-        remove_stale_tmp(workdir)  # temporaries a killed run left, also inside steps that are now skipped
-        for dest in _extra_outputs(cfg, steps, base):  # and beside the files it writes outside the workdir
-            for t in dest.parent.glob(f"{dest.name}.tmp-*"):
-                t.unlink(missing_ok=True)
+    # a dry run takes no lock and removes nothing: it made the work folder and its lock, and removed temporaries
+    with contextlib.nullcontext() if dry_run else dataset_lock(workdir, what=f"curate run {pipeline}"):
+        if not dry_run:
+            remove_stale_tmp(workdir)  # temporaries a killed run left, also inside steps that are now skipped
+            for dest in _extra_outputs(cfg, steps, base):  # and beside the files it writes outside the workdir
+                for t in dest.parent.glob(f"{dest.name}.tmp-*"):
+                    t.unlink(missing_ok=True)
         state_p = workdir / "state.json"
         state = orjson.loads(state_p.read_bytes()) if state_p.exists() else {}
         prev_key = ""
@@ -348,7 +381,8 @@ def run(pipeline: Path, overrides: list[str] | None = None, executor: str = "loc
                 params["_inputs"] = _fingerprint(_resolve_inputs(params.get("inputs", []), base, workdir),
                                                  _converted_files(workdir / "convert"))
             scv = code_version(STEP_CODE[step]) if step in STEP_CODE else cv
-            key = hashlib.sha256(orjson.dumps([step, params, prev_key, scv], option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
+            keyed = {k: v for k, v in params.items() if k != "workers"}  # as --workers: the outputs do not depend on it
+            key = hashlib.sha256(orjson.dumps([step, keyed, prev_key, scv], option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
             prev_key = key
             out = workdir / step
             redo = redo or (from_step == step)
@@ -364,6 +398,8 @@ def run(pipeline: Path, overrides: list[str] | None = None, executor: str = "loc
                 results.append({"step": step, "status": "would run", "key": key})
                 continue
             log(f"{step}: running (key {key})")
+            if state.pop(step, None) is not None:  # a step that fails must not be "done" under its old key: a rerun of
+                atomic_write_json(state_p, state)  # the old settings skipped it, over what the failed run left
             t0 = time.perf_counter()
             try:
                 info = STEP_FUNCS[step](params, workdir, base, workers, log,
@@ -387,6 +423,37 @@ def run(pipeline: Path, overrides: list[str] | None = None, executor: str = "loc
             atomic_write_text(workdir / "summary.md", f"# Run of {pipeline}\n\n" + "\n".join(md) + "\n")
             summary["summary_path"] = str(workdir / "summary.md")
     return summary
+
+
+def _check_paths(cfg: dict, steps: list[str], base: Path, workdir: Path) -> None:
+    """Before anything runs (a dry run too): the work folder is a folder of its own (the current folder itself, '.'
+    or '', had its *.tmp-* files removed as a killed run's temporaries), not a file; convert's inputs exist and do
+    not hold the work folder (they read its own state and models as logs); the report's ``out`` is no folder and
+    verify's no file (found when they were written, after the steps before)."""
+    if workdir.resolve() == base.resolve():
+        raise PipelineError(f"[pipeline] workdir {cfg['pipeline']['workdir']!r}: the current folder; give the run a "
+                            "folder of its own (runs/NAME)")
+    if workdir.exists() and not workdir.is_dir():
+        raise PipelineError(f"[pipeline] workdir {workdir}: a file; the work folder is a folder")
+    if "convert" in steps:
+        for given, p in zip(cfg.get("convert", {}).get("inputs", []),
+                            _resolve_inputs(cfg.get("convert", {}).get("inputs", []), base, workdir)):
+            if given.startswith("@"):
+                continue
+            if not p.exists():
+                raise PipelineError(f"[convert] input {given!r}: no such file or folder ({p})")
+            if p.resolve() == workdir.resolve() or p.resolve() in workdir.resolve().parents:
+                raise PipelineError(f"[convert] input {given!r} holds the work folder {workdir}: name the logs' "
+                                    "folder itself")
+    if "verify" in steps and "runs_dir" in cfg.get("verify", {}):  # as out: it wrote anywhere
+        try:
+            safe_join(base, cfg["verify"]["runs_dir"])
+        except OutputError as e:
+            raise PipelineError(f"[verify] runs_dir: {e}") from None
+    for dest in _extra_outputs(cfg, steps, base):
+        if dest.is_dir() or any(d.exists() and not d.is_dir() for d in dest.parents):
+            raise PipelineError(f"{dest}: in the way of the file the run writes there (a folder, or a file where a "
+                                "folder goes)")
 
 
 def _extra_outputs(cfg: dict, steps: list[str], base: Path) -> list[Path]:
@@ -511,6 +578,8 @@ def step_verify(p: dict, workdir: Path, base: Path, workers: int, log, exe: dict
     kw = _allowed_kwargs(verify, p, skip=())
     kw.setdefault("progress", sys.stderr.isatty())
     out = _resumable(workdir / "verify", exe["key"], exe.get("fresh", False))
+    if "runs_dir" in kw:  # as out: no absolute path, no '..' (it wrote anywhere)
+        kw["runs_dir"] = safe_join(base, kw["runs_dir"])
     kw.setdefault("runs_dir", out / "runs")
     s = verify([workdir / "train" / n for n in names], workloads, trials, seeds, out, **kw)
     if copy_to:

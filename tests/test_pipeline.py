@@ -365,3 +365,56 @@ def test_the_prune_step_can_prune_a_splits_training_part_alone(project):
     assert load_records(w / "prune", ["record_id"]).height == pj["records_after"] < pj["records_before"]
     m = json.loads((w / "evaluate" / "metrics.json").read_text())
     assert m["gbdt-pruned"]["n_records"] == m["gbdt-full"]["n_records"] > 0
+
+
+def test_the_run_audit_of_session_35(project):
+    """Found by a CLI fuzz of curate run (session 35): workdir '.' had the current folder's *.tmp-* files removed,
+    by a dry run too (which also made the work folder and its lock); steps out of order trained the 'pruned' model
+    on another run's prune/ and said 'ran'; a step listed twice, or no steps key (every step, collect's and verify's
+    tuning included), ran; a step that failed stayed 'done' under its old key, so a rerun skipped it over what the
+    failed run left; [verify] runs_dir wrote outside; a misspelt [verify] key, a missing or enclosing convert input,
+    a duplicate split name and an empty split list were found only when their step ran."""
+    p = project / "p.toml"
+    (project / "notes.tmp-2024").write_text("precious")
+    cases = [(['pipeline.workdir="."'], r"workdir '\.': the current folder"),
+             (['pipeline.workdir=""'], r"workdir '': the current folder"),
+             (['pipeline.steps=["convert", "splits", "train", "prune"]'],
+              r"steps \['convert', 'splits', 'train', 'prune'\]: list them in the order each reads the one before, "
+              r"\['convert', 'splits', 'prune', 'train'\]"),
+             (['pipeline.steps=["convert", "convert"]'], r"step\(s\) \['convert'\] listed more than once"),
+             (['splits.split=[{name="w", scheme="within-task"}, {name="w", scheme="task", test_fraction=0.3}]'],
+              r"\[splits\] split 'w' is given twice"),
+             (["splits.split=[]"], r"\[splits\] split is empty"),
+             (['convert.inputs=["nosuch"]'], r"\[convert\] input 'nosuch': no such file or folder"),
+             (['convert.inputs=["."]'], r"\[convert\] input '\.' holds the work folder"),
+             (['pipeline.steps=["convert", "splits", "train", "verify"]', "verify.trails=8"],
+              r"unknown key\(s\) \['trails'\] in \[verify\]"),
+             (['pipeline.steps=["convert", "splits", "train", "verify"]', 'verify.model_dirs=["x"]'],
+              r"unknown key\(s\) \['model_dirs'\] in \[verify\]"),
+             (['report.out="data"'], r"data: in the way of the file the run writes there"),
+             (['pipeline.steps=["convert", "splits", "train", "verify"]', 'train.data=["full"]',
+               'verify.runs_dir="/tmp/elsewhere"'],
+              r"\[verify\] runs_dir: refusing absolute path")]
+    for sets, match in cases:
+        for dry in (True, False):
+            with pytest.raises(PipelineError, match=match):
+                run(p, cwd=project, overrides=sets, dry_run=dry)
+    assert (project / "notes.tmp-2024").read_text() == "precious" and not (project / "runs").exists()
+    nosteps = project / "nosteps.toml"
+    nosteps.write_text(PIPE.replace('steps = ["convert", "splits", "prune", "train", "evaluate", "report"]\n', ""))
+    with pytest.raises(PipelineError, match=r"\[pipeline\] needs steps"):
+        run(nosteps, cwd=project, dry_run=True)
+    s = run(p, cwd=project, dry_run=True)
+    assert [r["status"] for r in s["steps"]] == ["would run"] * 6 and not (project / "runs").exists()
+    # a failed step is not done under its old key; workers is not part of a step's key
+    run(p, cwd=project, overrides=['pipeline.steps=["convert", "splits", "prune"]'])
+    every_class = 'holdout=["batch_matmul", "conv2d", "dense", "depthwise", "pooling", "softmax"]'
+    with pytest.raises(PipelineError, match="step prune failed: split within_task .* has no training part"):
+        run(p, cwd=project, overrides=['pipeline.steps=["convert", "splits", "prune"]', 'prune.split="within_task"',
+                                       f'splits.split=[{{name="within_task", scheme="operator", {every_class}}}]'])
+    state = json.loads((project / "runs" / "t" / "state.json").read_text())
+    assert "prune" not in state and {"convert", "splits"} <= set(state)
+    s = run(p, cwd=project, overrides=['pipeline.steps=["convert", "splits", "prune"]', "prune.workers=2"])
+    assert [r["status"] for r in s["steps"]] == ["skipped", "ran", "ran"]  # the split changed back; prune reran
+    s = run(p, cwd=project, overrides=['pipeline.steps=["convert", "splits", "prune"]', "prune.workers=1"])
+    assert [r["status"] for r in s["steps"]] == ["skipped"] * 3
