@@ -620,11 +620,12 @@ def run_pipeline(
 ):
     """Run a declarative pipeline; unchanged steps are skipped, a killed run resumes."""
     from .pipeline import PipelineError, run
+    from .storage import OutputError
 
     try:
         s = run(pipeline, overrides=set_, executor=executor, workers=workers, from_step=from_step,
                 dry_run=dry_run, log=_log, address=address)
-    except PipelineError as e:
+    except (PipelineError, OutputError) as e:  # OutputError: the work folder cannot be made (a file in its path)
         _fail(str(e))
     if json_out:
         _print_json(s)

@@ -299,7 +299,10 @@ def resolve_target(target: str | dict = "auto", num_cores: int | None = None) ->
             d["num-cores"] = cores
             target = d
         elif t.startswith("{"):
-            target = json.loads(t)
+            try:
+                target = json.loads(t)
+            except json.JSONDecodeError as e:  # said "Expecting ',' delimiter: ..." naming no option
+                raise ValueError(f"target {target!r}: not a JSON object ({e})") from None
         elif re.fullmatch(r"[a-z_]+", t):
             target = {"kind": t}
         else:
@@ -477,16 +480,24 @@ def collect(
     default skips the slow intrinsics import. It runs in worker processes, so it must be
     picklable by cloudpickle (a closure or a module-level function of an importable module).
     """
-    if trials <= 0:
-        raise ValueError("trials must be positive")
+    from .storage import check_int
+
+    for name, v in (("trials", trials), ("trials_per_iter", trials_per_iter), ("population_size", population_size)):
+        check_int(name, v, 1)  # past 64 bits it failed in TVM's FFI, or after the tuning when the summary printed
+    check_int("seed", seed, 0)
+    if seed >= 1 << 32:  # MetaSchedule's, said after TVM started and the folder was made
+        raise ValueError(f"seed {seed}: at most 2**32 - 1")
     if isinstance(workloads, (str, os.PathLike)):
         wls = get_workloads(workloads)
     else:
         wls = [w if isinstance(w, Workload) else get_workloads(w)[0] for w in workloads]
     if not wls:
-        raise ValueError("no workloads to tune")
+        raise ValueError(f"no workloads to tune in {workloads!r}")
 
     out = Path(out_dir)
+    if any(q.exists() and not q.is_dir() for q in (out, *out.parents)):  # a FileExistsError traceback
+        raise ValueError(f"{out}: a file is in the way of the folder the collection goes into")
+    resolve_target(target)  # a bad target before the folder is made (it was left empty)
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.time()
     started_at = _now()

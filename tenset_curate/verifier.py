@@ -1164,16 +1164,25 @@ def verify(
     from .features import FEATURE_VERSION
     from .model import load_model
 
+    from .storage import check_int
+
     if isinstance(model_dirs, (str, os.PathLike)):
         model_dirs = [model_dirs]
     model_dirs = [Path(d) for d in model_dirs]
+    if isinstance(seeds, str):  # "abc" was read one seed per character
+        raise ValueError(f"seeds {seeds!r}: a number of seeds, or a list of seeds")
     seed_list = list(range(int(seeds))) if isinstance(seeds, (int, np.integer)) else [int(s) for s in seeds]
-    if trials <= 0 or not seed_list:
+    for name, v in (("trials", trials), ("trials_per_iter", trials_per_iter), ("population_size", population_size)):
+        check_int(name, v, 1)  # past 64 bits it failed in TVM's FFI, after the models loaded
+    if not seed_list:
         raise ValueError("trials and seeds must be positive")
     wls = _resolve_workloads(workloads)
     if not wls:
-        raise ValueError("no workloads")
+        raise ValueError(f"no workloads in {workloads!r}")
     out = Path(out)  # made once the models loaded and the target resolved: a refused run leaves no folder
+    for d in (out, *([Path(runs_dir)] if runs_dir is not None else [])):
+        if any(q.exists() and not q.is_dir() for q in (d, *d.parents)):  # a FileExistsError traceback, before tuning
+            raise ValueError(f"{d}: a file is in the way of the folder the report goes into")
     runs_root = Path(runs_dir) if runs_dir is not None else out / "verify-runs"
     t_start = time.time()
     from .collect import _now, _register_x86_intrinsics_only, detect_hardware, resolve_target

@@ -357,7 +357,10 @@ def get_workloads(name_or_file: str | os.PathLike | Iterable[str]) -> list[Workl
         return [WORKLOADS[key]]
     if os.path.isfile(key):
         with open(key, encoding="utf-8") as f:
-            data = json.load(f)
+            try:
+                data = json.load(f)
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:  # the decoder's message named no file
+                raise ValueError(f"{key}: not a JSON list of workload names ({e})") from None
         if isinstance(data, dict) and "workloads" in data:
             data = data["workloads"]
         if not isinstance(data, list):

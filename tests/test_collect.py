@@ -417,3 +417,44 @@ def test_bad_workloads_and_models_are_clean_errors(tmp_path):
     assert r.exit_code == 2 and isinstance(r.exception, SystemExit), r.output
     assert f"error: no config.json in {tmp_path / 'nope'}" in r.output
     assert not (tmp_path / "v").exists()  # a refused verify made its --out folder before the models loaded
+
+
+@needs_tvm
+def test_collect_and_verify_refuse_bad_arguments_before_tvm_or_any_folder(tmp_path):
+    """Found by a CLI fuzz (session 35): an --out that is a file (or under one) ended in FileExistsError or
+    NotADirectoryError tracebacks; --trials past 64 bits failed in TVM's FFI, and --trials-per-iter so large after
+    the tuning, when the summary printed; --seed -1 was refused by MetaSchedule after the folder was made; a target
+    that is not JSON and a workloads file that is not JSON gave the decoder's message naming neither."""
+    from typer.testing import CliRunner
+
+    from tenset_curate.cli import app
+
+    (tmp_path / "afile").write_text("x")
+    wl = ["--workloads", "resnet18.dense.1x512x1000"]
+    cases = [(["collect", *wl, "--trials", "1", "--out", str(tmp_path / "afile")],
+              "afile: a file is in the way of the folder the collection goes into"),
+             (["collect", *wl, "--trials", "1", "--out", str(tmp_path / "afile" / "sub")],
+              "afile/sub: a file is in the way"),
+             (["collect", *wl, "--trials", str(2 ** 70), "--out", str(tmp_path / "c")],
+              f"trials {2 ** 70}: an integer of at most 64 bits"),
+             (["collect", *wl, "--trials", "1", "--trials-per-iter", str(2 ** 70), "--out", str(tmp_path / "c")],
+              f"trials_per_iter {2 ** 70}: an integer of at most 64 bits"),
+             (["collect", *wl, "--trials", "1", "--seed", "-1", "--out", str(tmp_path / "c")],
+              "seed -1: an integer, at least 0"),
+             (["collect", *wl, "--trials", "1", "--seed", str(2 ** 32), "--out", str(tmp_path / "c")],
+              f"seed {2 ** 32}: at most 2**32 - 1"),
+             (["collect", *wl, "--trials", "1", "--target", '{"kind": 5', "--out", str(tmp_path / "c")],
+              """target '{"kind": 5': not a JSON object (Expecting"""),
+             (["collect", "--workloads", str(tmp_path / "afile"), "--trials", "1", "--out", str(tmp_path / "c")],
+              "afile: not a JSON list of workload names"),
+             (["collect", "--workloads", "bogus-target-test", "--trials", "1", "--target", "bogus!",
+               "--out", str(tmp_path / "c")], "'bogus-target-test' is neither a workload set"),
+             (["collect", *wl, "--trials", "1", "--target", "bogus!", "--out", str(tmp_path / "c")],
+              "target 'bogus!': TVM 0.27 takes dict targets only"),
+             (["verify", "--model", str(tmp_path / "nope"), *wl, "--trials", "1", "--seeds", "1", "--out",
+               str(tmp_path / "afile")], "afile: a file is in the way of the folder the report goes into")]
+    for argv, said in cases:
+        r = CliRunner().invoke(app, argv)
+        assert r.exit_code == 2 and isinstance(r.exception, SystemExit), (argv, r.output)
+        assert "error: " in r.output and said in " ".join(r.output.split()), (argv, r.output)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]  # no folder made by a refused command
