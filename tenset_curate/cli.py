@@ -565,7 +565,8 @@ def report_pca(
 
 @app.command()
 def collect(
-    workloads: str = typer.Option("sample", help="a built-in workload set or a JSON file of workload names"),
+    workloads: str = typer.Option("sample", help="a built-in workload set, names separated by commas, or a JSON "
+                                  "file of workload names"),
     trials: int = typer.Option(64, min=1, help="measured trials per workload"),
     out: Path = typer.Option(..., "--out", "-o", parser=_path),
     target: str = typer.Option("auto"),

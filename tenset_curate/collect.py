@@ -311,7 +311,10 @@ def resolve_target(target: str | dict = "auto", num_cores: int | None = None) ->
                 "'llvm', or a JSON object like '{\"kind\": \"llvm\", \"mcpu\": \"core-avx2\"}'"
             )
     d = dict(target)
-    if d.get("kind") == "llvm" and "num-cores" not in d:
+    if d.get("kind") != "llvm":  # {"kind": "cuda"} started, failed in TVM's tuning and left a partial folder
+        raise ValueError(f"target {target!r}: collect and verify tune and measure on this machine's CPU, an llvm "
+                         "target ('auto', 'llvm', or a JSON object of kind llvm)")
+    if "num-cores" not in d:
         d["num-cores"] = cores
     tvm.target.Target(d)  # validate
     return d

@@ -724,7 +724,14 @@ class Ranker:
         try:
             cfg = json.loads(path.read_text())
         except (FileNotFoundError, NotADirectoryError) as e:  # a file given as the model: not a directory
-            raise ModelLoadError(f"no {CONFIG_NAME} in {directory}") from e
+            d = Path(directory)
+            inside = sorted(q.name for q in d.iterdir() if (q / CONFIG_NAME).is_file()) if d.is_dir() else []
+            from .storage import folder_kind
+
+            hint = (": no such folder" if not d.exists() else
+                    f": it holds models ({', '.join(inside[:5])}); give one of them" if inside else
+                    ": it is a dataset, not a model" if folder_kind(d) == "dataset" else "")
+            raise ModelLoadError(f"no {CONFIG_NAME} in {directory}{hint}") from e
         except json.JSONDecodeError as e:
             raise ModelLoadError(f"corrupt {path}: {e}") from e
         if not isinstance(cfg, dict) or "kind" not in cfg:

@@ -163,6 +163,9 @@ def _check_values(cfg: dict, path: Path) -> None:
         sp = cfg.get(step, {}).get("split", default)
         if step in steps and made is not None and sp not in made:  # a typo failed after the training
             raise PipelineError(f"{path}: [{step}] split {sp!r}: the splits step makes {made}")
+    for step, key in (("train", "models"), ("train", "data"), ("verify", "models")):
+        if step in steps and cfg.get(step, {}).get(key) == []:  # trained or tuned nothing and said "ran"
+            raise PipelineError(f"{path}: [{step}] {key} is empty; leave it out for the default, or name some")
     if "train" in steps:
         for key, least in (("seed", 0), ("max_per_task", 2), ("epochs", 1)):  # as train_model checks them
             try:
@@ -297,7 +300,7 @@ def load_pipeline(path: Path, overrides: list[str] | None = None) -> dict:
     _check_tables_are_tables(cfg, path)
     for o in overrides or []:
         key, sep, val = o.partition("=")
-        if not sep or "." not in key:
+        if not sep or "." not in key or "" in key.split("."):  # '.x=1' was "unknown table(s) ['']" of the file
             raise PipelineError(f"--set {o!r}: expected step.param=value")
         step, *inner, param = key.split(".")  # train.gbdt.n_estimators=5: a key of the table train.gbdt
         table = cfg.setdefault(step, {})
@@ -316,6 +319,8 @@ def load_pipeline(path: Path, overrides: list[str] | None = None) -> dict:
     if "steps" not in p:  # every step ran, collect's and verify's hours of tuning included
         raise PipelineError(f"{path}: [pipeline] needs steps, the steps to run (of {STEPS}, in that order)")
     steps = p["steps"]
+    if not steps:  # ran nothing and wrote a summary of it
+        raise PipelineError(f"{path}: [pipeline] steps is empty: nothing to run")
     bad = [s for s in steps if s not in STEPS]
     if bad:
         raise PipelineError(f"{path}: unknown step(s) {bad}; steps are {STEPS}")

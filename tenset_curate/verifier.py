@@ -1083,10 +1083,7 @@ def _resolve_workloads(workloads) -> list:
     from .workloads import Workload, get_workloads
 
     if isinstance(workloads, (str, os.PathLike)):
-        key = os.fspath(workloads)
-        if "," in key and not os.path.exists(key):
-            return get_workloads([k.strip() for k in key.split(",") if k.strip()])
-        return get_workloads(key)
+        return get_workloads(workloads)
     out = []
     for w in workloads:
         if isinstance(w, Workload):
@@ -1169,6 +1166,9 @@ def verify(
     if isinstance(model_dirs, (str, os.PathLike)):
         model_dirs = [model_dirs]
     model_dirs = [Path(d) for d in model_dirs]
+    twice = sorted({str(d) for d in model_dirs if [q.resolve() for q in model_dirs].count(d.resolve()) > 1})
+    if twice:  # tuned twice, as #0 and #1, at twice the cost
+        raise ValueError(f"--model {', '.join(twice)} given more than once")
     if isinstance(seeds, str):  # "abc" was read one seed per character
         raise ValueError(f"seeds {seeds!r}: a number of seeds, or a list of seeds")
     seed_list = list(range(int(seeds))) if isinstance(seeds, (int, np.integer)) else [int(s) for s in seeds]

@@ -346,11 +346,13 @@ def get_workload(name: str) -> Workload:
 
 def get_workloads(name_or_file: str | os.PathLike | Iterable[str]) -> list[Workload]:
     """Resolve a set name (``sample``, ``heldout``, ``resnet18``, ``mobilenet_v2``, ``bert``, ``all``),
-    a single workload name, a JSON file holding a list of workload names (or of objects with a
-    ``name`` key, such as a collector's ``workloads.json``), or an iterable of names."""
-    if not isinstance(name_or_file, (str, os.PathLike)):
-        return [get_workload(n) for n in name_or_file]
+    a single workload name, names separated by commas, a JSON file holding a list of workload names (or of objects
+    with a ``name`` key, such as a collector's ``workloads.json``), or an iterable of names."""
+    if not isinstance(name_or_file, (str, os.PathLike)):  # each once, in order (as a file's names are)
+        return [get_workload(n) for n in dict.fromkeys(name_or_file)]
     key = os.fspath(name_or_file)
+    if "," in key and not os.path.exists(key):  # names separated by commas (curate verify took them, collect did not)
+        return get_workloads([k.strip() for k in key.split(",") if k.strip()])
     if key in WORKLOAD_SETS:
         return [WORKLOADS[n] for n in WORKLOAD_SETS[key]]
     if key in WORKLOADS:

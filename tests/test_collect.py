@@ -452,7 +452,17 @@ def test_collect_and_verify_refuse_bad_arguments_before_tvm_or_any_folder(tmp_pa
              (["collect", *wl, "--trials", "1", "--target", "bogus!", "--out", str(tmp_path / "c")],
               "target 'bogus!': TVM 0.27 takes dict targets only"),
              (["verify", "--model", str(tmp_path / "nope"), *wl, "--trials", "1", "--seeds", "1", "--out",
-               str(tmp_path / "afile")], "afile: a file is in the way of the folder the report goes into")]
+               str(tmp_path / "afile")], "afile: a file is in the way of the folder the report goes into"),
+             # a GPU target started and failed in TVM's tuning, leaving a partial folder
+             (["collect", *wl, "--trials", "1", "--target", '{"kind": "cuda"}', "--out", str(tmp_path / "c")],
+              "collect and verify tune and measure on this machine's CPU, an llvm target"),
+             # names separated by commas, as verify takes them (collect refused them)
+             (["collect", "--workloads", "resnet18.dense.1x512x1000,nosuch.wl", "--trials", "1", "--out",
+               str(tmp_path / "c")], "unknown workload 'nosuch.wl'"),
+             (["verify", "--model", str(tmp_path / "m"), "--model", str(tmp_path / "m"), *wl, "--trials", "1",
+               "--seeds", "1", "--out", str(tmp_path / "v")], f"--model {tmp_path / 'm'} given more than once"),
+             (["verify", "--model", str(tmp_path / "nope"), *wl, "--trials", "1", "--seeds", "1", "--out",
+               str(tmp_path / "v")], f"no config.json in {tmp_path / 'nope'}: no such folder")]
     for argv, said in cases:
         r = CliRunner().invoke(app, argv)
         assert r.exit_code == 2 and isinstance(r.exception, SystemExit), (argv, r.output)

@@ -808,6 +808,12 @@ def test_a_device_the_model_cannot_train_on_is_refused_before_reading(tmp_path):
         with pytest.raises(ValueError, match=re.escape(match)):
             evaluate_model(tmp_path / "ok", ds, "within", **kw)
     assert not (tmp_path / "bad").exists()
+    from tenset_curate.model import ModelLoadError, load_model
+
+    for d, said in ((tmp_path / "nosuch", "no such folder"), (tmp_path, "it holds models (ok); give one of them"),
+                    (ds, "it is a dataset, not a model")):
+        with pytest.raises(ModelLoadError, match=re.escape(f"no config.json in {d}: {said}")):
+            load_model(d)
     r = CliRunner().invoke(app, ["evaluate", str(tmp_path / "afile"), str(ds), "--split", "within"])
     assert r.exit_code == 2 and "no config.json in" in r.output and isinstance(r.exception, SystemExit), r.output
 

@@ -394,7 +394,10 @@ def test_the_run_audit_of_session_35(project):
              (['report.out="data"'], r"data: in the way of the file the run writes there"),
              (['pipeline.steps=["convert", "splits", "train", "verify"]', 'train.data=["full"]',
                'verify.runs_dir="/tmp/elsewhere"'],
-              r"\[verify\] runs_dir: refusing absolute path")]
+              r"\[verify\] runs_dir: refusing absolute path"),
+             (["pipeline.steps=[]"], r"\[pipeline\] steps is empty: nothing to run"),
+             (["train.models=[]"], r"\[train\] models is empty"), (["train.data=[]"], r"\[train\] data is empty"),
+             ([".x=1"], r"--set '\.x=1': expected step.param=value")]
     for sets, match in cases:
         for dry in (True, False):
             with pytest.raises(PipelineError, match=match):
