@@ -392,7 +392,10 @@ def run(pipeline: Path, overrides: list[str] | None = None, executor: str = "loc
             out = workdir / step
             redo = redo or (from_step == step)
             done = (state.get(step, {}).get("key") == key and out.exists() and not redo
-                    and all(f.exists() for f in _extra_outputs(cfg, [step], base)))  # a deleted report is rewritten
+                    and all(f.exists() for f in _extra_outputs(cfg, [step], base))  # a deleted report is rewritten
+                    # and a step whose files were deleted runs again (evaluate was skipped without its metrics.json,
+                    # and report failed on it)
+                    and all((out / f).exists() for f in state[step].get("files", [])))
             if done:
                 log(f"{step}: unchanged (key {key}), skipped")
                 results.append({"step": step, "status": "skipped", "key": key, "seconds": 0.0,
@@ -413,7 +416,7 @@ def run(pipeline: Path, overrides: list[str] | None = None, executor: str = "loc
             except (ValueError, FileNotFoundError, KeyError, OutputError, MemoryError, WorkerLost) as e:
                 raise PipelineError(f"step {step} failed: {e}") from e
             secs = round(time.perf_counter() - t0, 2)
-            state[step] = {"key": key, "summary": info.get("summary", "")}
+            state[step] = {"key": key, "summary": info.get("summary", ""), "files": _step_files(out)}
             atomic_write_json(state_p, state)
             results.append({"step": step, "status": "ran", "key": key, "seconds": secs, "peak_rss_mb": _peak_rss_mb(),
                             **{k: v for k, v in info.items() if k in ("rows_in", "rows_out", "summary")}})
@@ -428,6 +431,15 @@ def run(pipeline: Path, overrides: list[str] | None = None, executor: str = "loc
             atomic_write_text(workdir / "summary.md", f"# Run of {pipeline}\n\n" + "\n".join(md) + "\n")
             summary["summary_path"] = str(workdir / "summary.md")
     return summary
+
+
+def _step_files(out: Path) -> list[str]:
+    """The files a step left in its folder (relative paths; not temporaries or the lock): the next run skips the
+    step only while they are all there."""
+    if not out.is_dir():
+        return []
+    return sorted(p.relative_to(out).as_posix() for p in out.rglob("*")
+                  if p.is_file() and ".tmp-" not in p.name and p.name != ".lock")
 
 
 def _check_paths(cfg: dict, steps: list[str], base: Path, workdir: Path) -> None:

@@ -421,3 +421,7 @@ def test_the_run_audit_of_session_35(project):
     assert [r["status"] for r in s["steps"]] == ["skipped", "ran", "ran"]  # the split changed back; prune reran
     s = run(p, cwd=project, overrides=['pipeline.steps=["convert", "splits", "prune"]', "prune.workers=1"])
     assert [r["status"] for r in s["steps"]] == ["skipped"] * 3
+    (project / "runs" / "t" / "prune" / "prune.json").unlink()  # a step whose files were deleted runs again
+    s = run(p, cwd=project, overrides=['pipeline.steps=["convert", "splits", "prune"]'])
+    assert [r["status"] for r in s["steps"]] == ["skipped", "skipped", "ran"]
+    assert (project / "runs" / "t" / "prune" / "prune.json").is_file()
