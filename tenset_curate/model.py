@@ -223,6 +223,12 @@ HPARAM_MINIMUMS = {"epochs": 1, "n_estimators": 1, "finetune_epochs": 0, "finetu
                    "lambdarank_weight": 0, "diverse_top_k": 0, "patience": 0}
 
 
+# the values each of these hyper-parameters takes (any model that has it), checked when the model is made ("auto":
+# training decides positions by the split, training.positions_for)
+HPARAM_CHOICES = {"lr_schedule": ("cosine", "step", "constant"), "attn_impl": ("sdpa", "math"),
+                  "positions": (*POSITIONS, "auto")}
+
+
 class ModelLoadError(RuntimeError):
     """A model directory cannot be loaded (missing files, unsafe or corrupt weights)."""
 
@@ -617,6 +623,10 @@ class Ranker:
             v = hparams.get(name)
             if isinstance(v, (int, float)) and not isinstance(v, bool) and not v >= lo:
                 raise ValueError(f"{type(self).__name__}: {name} must be at least {lo}, not {v}")
+        for name, choices in HPARAM_CHOICES.items():  # lr_schedule "bogus" failed at fit, after the models before it
+            if name in hparams and hparams[name] not in choices:
+                raise ValueError(f"{type(self).__name__}: {name} must be one of {', '.join(choices)}, "
+                                 f"not {hparams[name]!r}")
         self.hparams = {**self._defaults, **hparams}
         self.seed = int(seed)
         self.progress = progress

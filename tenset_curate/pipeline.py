@@ -166,13 +166,15 @@ def _check_values(cfg: dict, path: Path) -> None:
     for step, key in (("train", "models"), ("train", "data"), ("verify", "models")):
         if step in steps and cfg.get(step, {}).get(key) == []:  # trained or tuned nothing and said "ran"
             raise PipelineError(f"{path}: [{step}] {key} is empty; leave it out for the default, or name some")
+    for step, key, least in (("train", "seed", 0), ("train", "max_per_task", 2), ("train", "epochs", 1),
+                             ("convert", "workers", 1)):  # as train_model and convert check them, after steps before
+        v = cfg.get(step, {}).get(key)
+        try:
+            if step in steps and v is not None:
+                check_int(key, v, least)
+        except ValueError as e:  # "[train] seed -1: an integer, at least 0"
+            raise PipelineError(f"{path}: [{step}] {e}") from None
     if "train" in steps:
-        for key, least in (("seed", 0), ("max_per_task", 2), ("epochs", 1)):  # as train_model checks them
-            try:
-                if t.get(key) is not None:
-                    check_int(key, t[key], least)
-            except ValueError as e:  # "[train] seed -1: an integer, at least 0"
-                raise PipelineError(f"{path}: [train] {e}") from None
         kinds = t.get("models", ["gbdt", "attention"])
         bad = [k for k in kinds if k not in M._KINDS]
         if bad:

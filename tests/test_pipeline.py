@@ -397,7 +397,10 @@ def test_the_run_audit_of_session_35(project):
               r"\[verify\] runs_dir: refusing absolute path"),
              (["pipeline.steps=[]"], r"\[pipeline\] steps is empty: nothing to run"),
              (["train.models=[]"], r"\[train\] models is empty"), (["train.data=[]"], r"\[train\] data is empty"),
-             ([".x=1"], r"--set '\.x=1': expected step.param=value")]
+             ([".x=1"], r"--set '\.x=1': expected step.param=value"),
+             (["convert.workers=0"], r"\[convert\] workers 0: an integer, at least 1"),
+             (['train.models=["gbdt", "mlp"]', 'train.mlp.lr_schedule="bogus"'],
+              r"\[train.mlp\]: MLPRanker: lr_schedule must be one of cosine, step, constant, not 'bogus'")]
     for sets, match in cases:
         for dry in (True, False):
             with pytest.raises(PipelineError, match=match):
