@@ -451,7 +451,9 @@ def load_manifest(out: Path) -> dict:
 def convert(inputs: list, out: Path, hardware: str | None = None, workers: int = 1, progress: bool = False,
             log=None, wait: bool = False, executor: str = "local", address: str | None = None,
             group_bytes: int = GROUP_BYTES, only: bool = False) -> dict:
-    """Convert logs into the dataset at ``out``. Returns a summary dict (what ``--json`` prints).
+    """Convert logs into the dataset at ``out``. Returns a summary dict (what ``--json`` prints). An input that
+    cannot be converted is not raised: the others convert, and it is listed under ``errors`` and counted in
+    ``inputs_failed`` (curate convert exits non-zero then), so check that count.
 
     Unchanged inputs (same size, mtime and sha256 as in the manifest, converted under the same ``hardware``) are
     skipped; new or changed ones are converted, and so is an input converted before under another ``hardware``
