@@ -1175,7 +1175,7 @@ def verify(
     for name, v in (("trials", trials), ("trials_per_iter", trials_per_iter), ("population_size", population_size)):
         check_int(name, v, 1)  # past 64 bits it failed in TVM's FFI, after the models loaded
     if not seed_list:
-        raise ValueError("trials and seeds must be positive")
+        raise ValueError(f"seeds {seeds!r}: at least one seed")
     wls = _resolve_workloads(workloads)
     if not wls:
         raise ValueError(f"no workloads in {workloads!r}")
