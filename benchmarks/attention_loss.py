@@ -30,8 +30,8 @@ Session 9, k80_mi50 (reports/model_splits.md "Where zero-shot top-5 is lost"): `
 top-5 0.919/0.905/0.903 (mean 0.909 against the default's 0.912); dropout 0.1 / 0.3, ``d_model=64``, ``epochs=12``
 (seed 0): 0.917 / 0.910, 0.910, 0.910. ``--worst-tasks 6``: six depthwise and conv2d tasks lose 3.05 of the 8.9
 top-5 points, where MI50's fastest programs use another thread-block shape than K80's.
-Session 14, ``--gap-power 1`` (RankNet's pairs weighted by their label gap; reports/model_splits.md "Gap-weighted
-pairs"): k80_tasks seeds 0/1/2 PCA 0.769/0.762/0.762 (default 0.748/0.746/0.755), but within_k80 seed 0
+Session 14, ``--gap-power 1`` (RankNet's pairs weighted by their label gap, the model's ``pair_gap_power`` since
+session 35; reports/model_splits.md "Gap-weighted pairs"): k80_tasks seeds 0/1/2 PCA 0.769/0.762/0.762 (default 0.748/0.746/0.755), but within_k80 seed 0
 0.852/0.964/0.988 (default 0.868/0.972/0.992) and k80_mi50_fs10 seed 0 PCA 0.827 (0.841): not adopted.
 ``--gap-power 1 --then-default`` (then 8 epochs of the default loss): k80_tasks seeds 0/1/2 PCA 0.763/0.755/0.766,
 within_k80 seed 0 0.867/0.970/0.991: a lead, not adopted (reports/model_splits.md).
@@ -50,7 +50,6 @@ here on every split): within_k80 0.868 / 0.972 / 0.992 -> 0.852 / 0.966 / 0.989,
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import time
 from pathlib import Path
@@ -63,18 +62,6 @@ from tenset_curate.metrics import evaluate_predictions
 from tenset_curate.training import _part, arrays, fit_on_frame
 
 from model_splits import SPLITS, convert_sets, split_frame
-
-
-def gap_ranknet_lambdarank(S, Y, M, sigma: float = 1.0, weight: float = 0.05, power: float = 1.0):
-    """RankNet with every pair weighted by its label gap ``(y_i - y_j)^power`` (normalised by the weights' sum;
-    near-ties count little), plus ``weight`` x LambdaRank: the product's loss with non-uniform pairs."""
-    import torch.nn.functional as F
-
-    pairs = M[:, :, None] & M[:, None, :] & (Y[:, :, None] > Y[:, None, :])
-    w = (Y[:, :, None] - Y[:, None, :]).clamp(min=0) ** power * pairs
-    a = (F.softplus(-sigma * (S[:, :, None] - S[:, None, :])) * w).sum() / w.sum().clamp(min=1e-12)
-    b, _ = model.lambdarank_loss(S, Y, M, sigma=sigma)
-    return a + weight * b, int(pairs.sum())
 
 
 def print_worst_tasks(r: dict, test_df: pl.DataFrame, task_ids, n: int) -> None:
@@ -110,37 +97,31 @@ def main(argv=None) -> None:
     hp = {k: json.loads(v) for k, v in (h.split("=", 1) for h in a.hp)}
     epochs = hp.pop("epochs", a.epochs)
     ds = convert_sets(a.realdata, a.work)
-    default_loss = model._LOSSES["ranknet+lambdarank"]
-    try:
-        for name in a.splits:
-            df = split_frame(ds, name)
-            is_test = df["part"].to_numpy() == "test"
-            test = _part(arrays(df), is_test)
-            for w in a.weights:
-                loss = default_loss if a.gap_power is None else functools.partial(
-                    gap_ranknet_lambdarank, power=a.gap_power)
-                for seed in a.seeds:
-                    model._LOSSES["ranknet+lambdarank"] = loss  # the model passes weight=lambdarank_weight
-                    t0 = time.perf_counter()
-                    m, d = fit_on_frame(df, "attention", seed=seed, epochs=epochs, num_threads=1,
-                                        lambdarank_weight=w, **({"fine_tune": None} if a.then_default else {}),
-                                        **hp)
-                    if a.then_default:
-                        model._LOSSES["ranknet+lambdarank"] = default_loss
-                        part = df["part"].to_numpy()
-                        m.fine_tune(_part(d, part == "train"),
-                                    _part(d, part == "valid") if (part == "valid").any() else None)
-                    r = evaluate_predictions(test["task_ids"], test["labels"], m.predict(test),
-                                             groups={"op_class": test["groups"]["op_class"]})
-                    print(json.dumps({"split": name, "weight": w, "seed": seed, **({"hp": hp} if hp else {}),
-                                      **({"gap_power": a.gap_power} if a.gap_power is not None else {}),
-                                      **({"then_default": True} if a.then_default else {}),
-                                      **{k: round(float(r[k]), 4) for k in ("pca", "top1", "top5")},
-                                      "seconds": round(time.perf_counter() - t0)}), flush=True)
-                    if a.worst_tasks:
-                        print_worst_tasks(r, df.filter(pl.Series(is_test)), test["task_ids"], a.worst_tasks)
-    finally:
-        model._LOSSES["ranknet+lambdarank"] = default_loss
+    for name in a.splits:
+        df = split_frame(ds, name)
+        is_test = df["part"].to_numpy() == "test"
+        test = _part(arrays(df), is_test)
+        for w in a.weights:
+            for seed in a.seeds:
+                t0 = time.perf_counter()
+                gap = {"pair_gap_power": a.gap_power} if a.gap_power is not None else {}
+                m, d = fit_on_frame(df, "attention", seed=seed, epochs=epochs, num_threads=1,
+                                    lambdarank_weight=w, **({"fine_tune": None} if a.then_default else {}),
+                                    **gap, **hp)
+                if a.then_default:  # the default loss from here on (fine_tune reads the model's hparams)
+                    m.hparams["pair_gap_power"] = 0.0
+                    part = df["part"].to_numpy()
+                    m.fine_tune(_part(d, part == "train"),
+                                _part(d, part == "valid") if (part == "valid").any() else None)
+                r = evaluate_predictions(test["task_ids"], test["labels"], m.predict(test),
+                                         groups={"op_class": test["groups"]["op_class"]})
+                print(json.dumps({"split": name, "weight": w, "seed": seed, **({"hp": hp} if hp else {}),
+                                  **({"gap_power": a.gap_power} if a.gap_power is not None else {}),
+                                  **({"then_default": True} if a.then_default else {}),
+                                  **{k: round(float(r[k]), 4) for k in ("pca", "top1", "top5")},
+                                  "seconds": round(time.perf_counter() - t0)}), flush=True)
+                if a.worst_tasks:
+                    print_worst_tasks(r, df.filter(pl.Series(is_test)), test["task_ids"], a.worst_tasks)
 
 
 if __name__ == "__main__":

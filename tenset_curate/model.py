@@ -220,7 +220,7 @@ KIND_CHUNK = 16384  # kind_positions' records per chunk: a [chunk, L, D] float32
 DEFAULT_EPOCHS = 24  # curate train, train_model and curate run's train step (the attention defaults were tuned at 24)
 # the least value each of these hyper-parameters takes (any model that has it)
 HPARAM_MINIMUMS = {"epochs": 1, "n_estimators": 1, "finetune_epochs": 0, "finetune_rounds": 0,
-                   "lambdarank_weight": 0, "diverse_top_k": 0, "patience": 0}
+                   "lambdarank_weight": 0, "diverse_top_k": 0, "patience": 0, "pair_gap_power": 0}
 
 
 # the values each of these hyper-parameters takes (any model that has it), checked when the model is made ("auto":
@@ -577,13 +577,18 @@ def lambdarank_loss(S, Y, M, sigma: float = 1.0, eps: float = 1e-10):
     return loss, n_pairs
 
 
-def ranknet_loss(S, Y, M, sigma: float = 1.0):
-    """RankNet: mean over within-group pairs with y_i > y_j of softplus(-sigma (s_i - s_j))."""
+def ranknet_loss(S, Y, M, sigma: float = 1.0, gap_power: float = 0.0):
+    """RankNet: mean over within-group pairs with y_i > y_j of softplus(-sigma (s_i - s_j)). ``gap_power`` p > 0:
+    each pair weighted by its label gap (y_i - y_j)^p (a weighted mean), so near-ties count little (the attention
+    model's ``pair_gap_power``)."""
     import torch.nn.functional as F
 
     pairs = M[:, :, None] & M[:, None, :] & (Y[:, :, None] > Y[:, None, :])
     diff = S[:, :, None] - S[:, None, :]
     n_pairs = int(pairs.sum())
+    if gap_power:
+        w = (Y[:, :, None] - Y[:, None, :]).clamp(min=0) ** gap_power * pairs
+        return (F.softplus(-sigma * diff) * w).sum() / w.sum().clamp(min=1e-12), n_pairs
     loss = (F.softplus(-sigma * diff) * pairs).sum() / max(n_pairs, 1)
     return loss, n_pairs
 
@@ -591,9 +596,10 @@ def ranknet_loss(S, Y, M, sigma: float = 1.0):
 LAMBDARANK_WEIGHT = 0.05  # the neural rankers' LambdaRank weight in ranknet+lambdarank (see module docstring)
 
 
-def ranknet_lambdarank_loss(S, Y, M, sigma: float = 1.0, weight: float = LAMBDARANK_WEIGHT):
-    """RankNet (all pairs: pairwise accuracy) plus ``weight`` x LambdaRank (top of the list)."""
-    a, n_pairs = ranknet_loss(S, Y, M, sigma=sigma)
+def ranknet_lambdarank_loss(S, Y, M, sigma: float = 1.0, weight: float = LAMBDARANK_WEIGHT, gap_power: float = 0.0):
+    """RankNet (all pairs: pairwise accuracy; ``gap_power``: pairs weighted by label gap) plus ``weight`` x
+    LambdaRank (top of the list)."""
+    a, n_pairs = ranknet_loss(S, Y, M, sigma=sigma, gap_power=gap_power)
     b, _ = lambdarank_loss(S, Y, M, sigma=sigma)
     return a + weight * b, n_pairs
 
@@ -989,7 +995,7 @@ class _TorchRanker(Ranker):
         lr_gamma=0.5, warmup_steps=0, grad_clip=1.0, tasks_per_batch=8, records_per_task=64,
         batching="task", loss="lambdarank", sigma=1.0, patience=5, min_delta=1e-4, task_relative=False,
         infer_batch_size=1024, device="cpu", num_threads=None, deterministic=True,
-        finetune_epochs=8, finetune_lr=None, lambdarank_weight=LAMBDARANK_WEIGHT,
+        finetune_epochs=8, finetune_lr=None, lambdarank_weight=LAMBDARANK_WEIGHT, pair_gap_power=0.0,
     )
 
     # subclasses: _build_net(), _net_inputs(arrays, idx, device), _feature_arrays(data),
@@ -1105,7 +1111,8 @@ class _TorchRanker(Ranker):
         loss_fn = _LOSSES[hp["loss"]]
         aug_rng = self._augment_rng(phase)
         if hp["loss"] == "ranknet+lambdarank":
-            loss_fn = functools.partial(loss_fn, weight=float(hp["lambdarank_weight"]))
+            loss_fn = functools.partial(loss_fn, weight=float(hp["lambdarank_weight"]),
+                                        gap_power=float(hp.get("pair_gap_power") or 0.0))
 
         def valid_metrics():
             v_arrays, v_tasks, v_labels = data["valid"]

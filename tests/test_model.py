@@ -448,6 +448,20 @@ def test_ranknet_plus_lambdarank_is_the_sum_and_math_attention_equals_sdpa(real_
     S, Y, M = _pad_groups(s, y, sizes)
     want = float(ranknet_loss(S, Y, M)[0]) + 0.05 * float(lambdarank_loss(S, Y, M)[0])
     assert float(ranknet_lambdarank_loss(S, Y, M)[0]) == pytest.approx(want, rel=1e-12)
+    # pairs weighted by label gap (pair_gap_power): the weighted mean over each group's ordered pairs, by hand
+    num = den = 0.0
+    at = 0
+    for n in sizes:
+        for i in range(at, at + n):
+            for j in range(at, at + n):
+                if y[i] > y[j]:
+                    w = float(y[i] - y[j]) ** 2
+                    num += w * float(torch.nn.functional.softplus(-(s[i] - s[j])))
+                    den += w
+        at += n
+    assert float(ranknet_loss(S, Y, M, gap_power=2.0)[0]) == pytest.approx(num / den, rel=1e-10)
+    assert float(ranknet_lambdarank_loss(S, Y, M, gap_power=2.0)[0]) == pytest.approx(
+        num / den + 0.05 * float(lambdarank_loss(S, Y, M)[0]), rel=1e-10)
     # the two attention implementations compute the same function (same weights)
     train, _, test = real_splits
     m = AttentionRanker(epochs=1, num_threads=1, progress=False, attn_impl="sdpa", n_layers=2).fit(train)
