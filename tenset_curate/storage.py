@@ -450,7 +450,7 @@ def check_readable(root: Path, present: list[Path] | None = None) -> None:
     holder = writer_of(root)
     if holder:
         warnings.warn(f"{root} is being written ({holder}): what is read now may be a state between two runs; "
-                      "read again when it is done", DatasetBeingWritten, stacklevel=3)
+                      "read again when it is done", DatasetBeingWritten, stacklevel=_caller_outside_package())
         return
     names = named_shards(root)
     if names is None:
@@ -471,6 +471,16 @@ def check_readable(root: Path, present: list[Path] | None = None) -> None:
                 f"{f}: {why}: the shard is damaged (a copy cut short, a full disk); run the command that made the "
                 "dataset again (curate convert rewrites the damaged group's shards from its inputs; a pruned "
                 "dataset: curate prune again)")
+
+
+def _caller_outside_package() -> int:
+    """The ``stacklevel`` that points a warning raised by the caller at the first frame outside this package: the
+    user's call, however many of the package's functions and decorators (``names_damaged_shard``) lie between."""
+    f, level = sys._getframe(2), 1  # the caller's caller is level 2 from the warning's point of view
+    here = os.path.dirname(os.path.abspath(__file__))
+    while f is not None and os.path.dirname(os.path.abspath(f.f_code.co_filename)) == here:
+        f, level = f.f_back, level + 1
+    return level + 1
 
 
 def writer_of(root: Path) -> str | None:
