@@ -457,7 +457,7 @@ def _check_paths(cfg: dict, steps: list[str], base: Path, workdir: Path) -> None
     if "convert" in steps:
         for given, p in zip(cfg.get("convert", {}).get("inputs", []),
                             _resolve_inputs(cfg.get("convert", {}).get("inputs", []), base, workdir)):
-            if given.startswith("@"):
+            if given.startswith("@") or workdir.resolve() in p.resolve().parents:  # a step's output: made by the run
                 continue
             if not p.exists():
                 raise PipelineError(f"[convert] input {given!r}: no such file or folder ({p})")

@@ -412,6 +412,8 @@ def test_the_run_audit_of_session_35(project):
         run(nosteps, cwd=project, dry_run=True)
     s = run(p, cwd=project, dry_run=True)
     assert [r["status"] for r in s["steps"]] == ["would run"] * 6 and not (project / "runs").exists()
+    s = run(p, cwd=project, dry_run=True, overrides=['convert.inputs=["runs/t/collect"]'])  # a step's output, to be
+    assert s["steps"][0]["status"] == "would run"  # made by the run: not refused as missing
     # a failed step is not done under its old key; workers is not part of a step's key
     run(p, cwd=project, overrides=['pipeline.steps=["convert", "splits", "prune"]'])
     every_class = 'holdout=["batch_matmul", "conv2d", "dense", "depthwise", "pooling", "softmax"]'
