@@ -76,7 +76,7 @@ import duckdb
 import pyarrow as pa
 
 from .schema import QUARANTINE_SCHEMA, RECORD_SCHEMA, SCHEMA_VERSION, WORKLOAD_SCHEMA
-from .storage import DamagedShard, damaged_inside, names_damaged_shard, unreadable_shard
+from .storage import DamagedShard, damaged_inside, names_damaged_shard, parquet_read_error, unreadable_shard
 
 try:  # optional, faster and stricter JSON
     import orjson
@@ -461,7 +461,8 @@ def connect_readonly(dataset_dir: str | os.PathLike) -> duckdb.DuckDBPyConnectio
                 # connection usable, and make this one view fail with the reason when it is queried.
                 deps = [f for f in failed if re.search(rf"\bFROM\s+{f}\b", v.sql)]
                 why = f"it reads view {deps[0]}: {failed[deps[0]]}" if deps else str(exc).splitlines()[0]
-                bad = unreadable_shard(root) if "records/" in v.sql and not deps else None
+                bad = (unreadable_shard(root) if "records/" in v.sql and not deps and parquet_read_error(str(exc))
+                       else None)  # a full read: only where DuckDB's message is about a Parquet file
                 if bad:  # a record shard damaged inside: name it (DuckDB's message names no file)
                     why = str(damaged_inside(*bad))
                     damaged.add(v.name)
@@ -972,7 +973,7 @@ def run_sql(
             ) from exc
         if unavailable is not None:
             raise unavailable from exc
-        if isinstance(exc, duckdb.CatalogException) and "does not exist" in first:  # DuckDB suggested sqlite_schema
+        if isinstance(exc, duckdb.CatalogException) and "Table with name" in first:  # DuckDB suggested sqlite_schema
             views = sorted({r[0] for r in con.execute(
                 "SELECT view_name FROM duckdb_views() WHERE NOT internal AND schema_name = 'main'").fetchall()})
             raise duckdb.CatalogException(f"{first}; the dataset's views: {', '.join(views)}") from exc

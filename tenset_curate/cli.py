@@ -171,6 +171,8 @@ def sql(
     if len(args) == 2:  # curate sql DATASET QUERY
         if dataset is not None:
             _fail(f"the dataset is given twice ({args[0]!r} and -d {str(dataset)!r}): give it once")
+        if args[0] == "":  # read as the current folder, as every other path argument refuses
+            _fail("an empty path as the dataset: name a folder ('.' for the current folder)")
         dataset = Path(args[0])
     dataset = Path(".") if dataset is None else dataset
     try:

@@ -469,9 +469,12 @@ def convert(inputs: list, out: Path, hardware: str | None = None, workers: int =
     log = log or (lambda msg: None)
     if isinstance(inputs, (str, os.PathLike)):  # one input (a string was read one character at a time)
         inputs = [inputs]
-    if not isinstance(inputs, (list, tuple)) or not inputs or not all(isinstance(p, (str, os.PathLike))
-                                                                     for p in inputs):
-        raise InputError(f"inputs {inputs!r}: a log file or folder, or a list of them")  # None, [] said nothing
+    try:  # any iterable of paths (a Path.glob too)
+        inputs = list(inputs) if not isinstance(inputs, (bytes, dict)) else None
+    except TypeError:
+        inputs = None
+    if not inputs or not all(isinstance(p, (str, os.PathLike)) for p in inputs):  # None and [] said nothing
+        raise InputError(f"inputs {inputs!r}: a log file or folder, or an iterable of them")
     check_int("workers", workers, 1)
     check_int("group_bytes", group_bytes, 1)  # 0, nan or inf were taken; "abc" failed in a comparison
     if hardware is not None and not (isinstance(hardware, str) and hardware.strip()):

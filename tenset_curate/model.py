@@ -1070,6 +1070,8 @@ class _TorchRanker(Ranker):
         hp = self.hparams
         if hp["loss"] not in _LOSSES:
             raise ValueError(f"loss must be one of {sorted(_LOSSES)}, got {hp['loss']!r}")
+        if hp.get("pair_gap_power") and "ranknet" not in hp["loss"]:  # else saved as if it had been used
+            raise ValueError(f"pair_gap_power weights RankNet's pairs; loss {hp['loss']!r} has no RankNet term")
         if hp["batching"] not in ("task", "mixed"):
             raise ValueError("batching must be 'task' or 'mixed'")
         arrays = self._feature_arrays(train)
@@ -1110,9 +1112,11 @@ class _TorchRanker(Ranker):
         sched = self._scheduler(opt, steps_per_epoch, epochs)
         loss_fn = _LOSSES[hp["loss"]]
         aug_rng = self._augment_rng(phase)
+        gap = {"gap_power": float(hp.get("pair_gap_power") or 0.0)} if "ranknet" in hp["loss"] else {}
         if hp["loss"] == "ranknet+lambdarank":
-            loss_fn = functools.partial(loss_fn, weight=float(hp["lambdarank_weight"]),
-                                        gap_power=float(hp.get("pair_gap_power") or 0.0))
+            loss_fn = functools.partial(loss_fn, weight=float(hp["lambdarank_weight"]), **gap)
+        elif gap:
+            loss_fn = functools.partial(loss_fn, **gap)
 
         def valid_metrics():
             v_arrays, v_tasks, v_labels = data["valid"]

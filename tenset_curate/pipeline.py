@@ -331,7 +331,8 @@ def load_pipeline(path: Path, overrides: list[str] | None = None) -> dict:
         raise PipelineError(f"{path}: step(s) {twice} listed more than once; each step runs once")
     order = [s for s in STEPS if s in steps]
     if steps != order:  # train before prune trained the "pruned" model on another run's prune/, without a word
-        raise PipelineError(f"{path}: steps {steps}: list them in the order each reads the one before, {order}")
+        raise PipelineError(f"{path}: steps {steps}: list them in the pipeline's order ({STEPS}), where each runs "
+                            f"after the ones it may read: {order}")
     cfg["pipeline"]["steps"] = steps
     check_tables(cfg, path)
     return cfg

@@ -320,6 +320,13 @@ def pca_report(dataset: Path, out: Path, epochs: int = 24, ratio: float = 0.45, 
     try:
         ds = work / "ds"
         if (dataset / "manifest.json").exists() and (dataset / "records").exists():
+            from .prune import record_files
+            from .storage import damaged_inside, unreadable_shard
+
+            record_files(dataset)  # an incomplete dataset or a shard cut short, named in the user's dataset
+            bad = unreadable_shard(dataset)  # and one damaged inside (else named in the copy, which is gone)
+            if bad:
+                raise damaged_inside(*bad)
             shutil.copytree(dataset, ds, ignore=shutil.ignore_patterns("catalog.duckdb", ".lock"))
         else:
             from .convert import convert
@@ -442,9 +449,10 @@ ERROR_MARK = "tenset-curate-error: "  # main()'s last stderr line for an error p
 def _ERRORS() -> dict:
     """The errors a caller of ``pca_report`` tells apart, by name (the ones the CLI turns into clean messages)."""
     from .readers import InputError
-    from .storage import OutputError
+    from .storage import DamagedShard, IncompleteDataset, OutputError
 
-    return {c.__name__: c for c in (ValueError, FileNotFoundError, InputError, OutputError, MemoryError)}
+    return {c.__name__: c for c in (ValueError, FileNotFoundError, InputError, OutputError, MemoryError,
+                                    IncompleteDataset, DamagedShard)}
 
 
 if __name__ == "__main__":

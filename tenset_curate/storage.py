@@ -16,6 +16,7 @@ import hashlib
 import json
 import numbers
 import os
+import re
 import shutil
 import socket
 import sys
@@ -334,15 +335,23 @@ def damaged_inside(path: Path, why: str) -> DamagedShard:
 
 def _reader_error(e: BaseException) -> bool:
     """Whether ``e`` is what a Parquet reader raises on a damaged file: PyArrow's OSError (a thrift error) or
-    ArrowInvalid, Polars' ComputeError, DuckDB's IOException, InvalidInputException or bare Error (a damaged page
-    header). Not a missing file, nor a query's own binder or parser error: those are the caller's, and the check
-    after it reads every shard."""
+    ArrowInvalid, Polars' ComputeError, DuckDB's IOException or bare Error (a damaged page header), and its
+    InvalidInputException when the message is about a Parquet file. Not a missing file, nor a query's own error
+    (binder, parser, a bad string to strptime): those are the caller's, and the check after it reads every shard."""
     mod, name = type(e).__module__, type(e).__name__
     if type(e) is OSError or mod.startswith("pyarrow"):
         return True
     if mod.startswith("polars"):
         return name == "ComputeError"
-    return mod.startswith(("duckdb", "_duckdb")) and name in ("Error", "IOException", "InvalidInputException")
+    if not mod.startswith(("duckdb", "_duckdb")):
+        return False
+    # InvalidInputException is also a query's own (strptime of a bad string, error()): only one about the file
+    return name in ("Error", "IOException") or (name == "InvalidInputException" and parquet_read_error(str(e)))
+
+
+def parquet_read_error(message: str) -> bool:
+    """Whether a reader's message speaks of a Parquet file it could not read (thrift, footer, magic bytes)."""
+    return re.search(r"parquet|thrift|TProtocol|magic bytes|footer", message, re.IGNORECASE) is not None
 
 
 def names_damaged_shard(param: str = "dataset"):
@@ -518,7 +527,8 @@ def check_int(name: str, value, least: int | None = None) -> None:
 def check_bool(name: str, value) -> None:
     """Refuse a flag that is not a bool (NumPy's included), naming it: "yes" as ``include_failed`` was read as a
     column name deep in a Polars query, 1 as an integer Polars would not "or" with a boolean."""
-    if not (isinstance(value, bool) or type(value).__name__ == "bool_"):  # NumPy's, without importing it here
+    numpy_bool = type(value).__module__ == "numpy" and type(value).__name__ in ("bool_", "bool")  # NumPy 1 and 2
+    if not (isinstance(value, bool) or numpy_bool):
         raise ValueError(f"{name} {value!r}: True or False")
 
 

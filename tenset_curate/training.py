@@ -476,7 +476,7 @@ def train_model(dataset: Path, split: str, kind: str, out: Path, epochs: int = D
         check_int("max_per_task", max_per_task, 2)  # 2.5 was used as 2; "20" failed in a comparison
         max_per_task = int(max_per_task)
     seed, epochs = int(seed), int(epochs)  # NumPy integers as Python's, in the result and the model's record
-    for flag, v in (("progress", progress), ("memory_check", memory_check), ("include_failed", include_failed)):
+    for flag, v in (("memory_check", memory_check), ("include_failed", include_failed)):
         check_bool(flag, v)
     if Path(out).exists() and not Path(out).is_dir():  # refused before the training, not after it
         raise FileExistsError(f"{out}: a file; the model is a directory")

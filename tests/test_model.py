@@ -462,6 +462,14 @@ def test_ranknet_plus_lambdarank_is_the_sum_and_math_attention_equals_sdpa(real_
     assert float(ranknet_loss(S, Y, M, gap_power=2.0)[0]) == pytest.approx(num / den, rel=1e-10)
     assert float(ranknet_lambdarank_loss(S, Y, M, gap_power=2.0)[0]) == pytest.approx(
         num / den + 0.05 * float(lambdarank_loss(S, Y, M)[0]), rel=1e-10)
+    # the model passes it to both RankNet losses (plain ranknet ignored it, the review) and refuses it for LambdaRank
+    train, _, _ = real_splits
+    small = {k: (v[:400] if hasattr(v, "__len__") and len(v) == len(train["labels"]) else v) for k, v in train.items()}
+    w = [AttentionRanker(epochs=1, num_threads=1, progress=False, loss="ranknet", pair_gap_power=g).fit(small)
+         .predict(small) for g in (0.0, 2.0)]
+    assert not np.array_equal(w[0], w[1])
+    with pytest.raises(ValueError, match="pair_gap_power weights RankNet's pairs; loss 'lambdarank' has no RankNet"):
+        MLPRanker(epochs=1, num_threads=1, progress=False, pair_gap_power=1.0).fit(small)
     # the two attention implementations compute the same function (same weights)
     train, _, test = real_splits
     m = AttentionRanker(epochs=1, num_threads=1, progress=False, attn_impl="sdpa", n_layers=2).fit(train)
@@ -821,6 +829,9 @@ def test_a_device_the_model_cannot_train_on_is_refused_before_reading(tmp_path):
                       ({"chunk_records": 0}, "chunk_records 0: an integer, at least 1")):
         with pytest.raises(ValueError, match=re.escape(match)):
             evaluate_model(tmp_path / "ok", ds, "within", **kw)
+    a = evaluate_model(tmp_path / "ok", ds, "within", include_failed=np.False_)  # NumPy's bool is a bool
+    b = evaluate_model(tmp_path / "ok", ds, "within")
+    assert (a["pca"], a["top1"], a["top5"], a["n_records"]) == (b["pca"], b["top1"], b["top5"], b["n_records"])
     assert not (tmp_path / "bad").exists()
     from tenset_curate.model import ModelLoadError, load_model
 

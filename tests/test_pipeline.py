@@ -379,8 +379,8 @@ def test_the_run_audit_of_session_35(project):
     cases = [(['pipeline.workdir="."'], r"workdir '\.': the current folder"),
              (['pipeline.workdir=""'], r"workdir '': the current folder"),
              (['pipeline.steps=["convert", "splits", "train", "prune"]'],
-              r"steps \['convert', 'splits', 'train', 'prune'\]: list them in the order each reads the one before, "
-              r"\['convert', 'splits', 'prune', 'train'\]"),
+              r"steps \['convert', 'splits', 'train', 'prune'\]: list them in the pipeline's order .*, where each "
+              r"runs after the ones it may read: \['convert', 'splits', 'prune', 'train'\]"),
              (['pipeline.steps=["convert", "convert"]'], r"step\(s\) \['convert'\] listed more than once"),
              (['splits.split=[{name="w", scheme="within-task"}, {name="w", scheme="task", test_fraction=0.3}]'],
               r"\[splits\] split 'w' is given twice"),

@@ -1213,6 +1213,8 @@ def test_an_empty_path_argument_is_refused_not_read_as_the_current_folder(tmp_pa
         r = CliRunner().invoke(app, argv)
         assert r.exit_code == 2 and "an empty path: name a file or folder ('.' for the current folder)" in \
             " ".join(r.output.replace("│", " ").split()), (argv, r.output)
+    r = CliRunner().invoke(app, ["sql", "", "SELECT 1"])  # the dataset-first form too (the review)
+    assert r.exit_code == 2 and "an empty path as the dataset" in r.output, r.output
     assert sorted(p.name for p in work.iterdir()) == ["logs"]  # nothing converted, nothing written
     r = CliRunner().invoke(app, ["convert", ".", "--out", "ds", "--json"])  # '.' says so, and still works
     assert r.exit_code == 0 and json.loads(r.stdout)["totals"]["rows"] == 12720, r.output
@@ -1280,6 +1282,10 @@ def test_a_damaged_record_shard_is_named_and_a_convert_run_again_repairs_it(tmp_
             assert f"{shard}: " in said and "the shard is damaged inside; remove it" in said, (name, argv, said)
     with pytest.raises(DamagedShard, match=f"{shard.name}: cannot be read"):  # the footer could be read
         run_sql(ds, "SELECT avg(mean_cost), max(task_id) FROM records")
+    from tenset_curate.report import pca_report  # it named its temporary copy, in a RuntimeError (the review)
+
+    with pytest.raises(DamagedShard, match=re.escape(f"{shard}: cannot be read")):
+        pca_report(ds, tmp_path / "r.md", epochs=1, workers=1)
     for argv in (["info", str(ds)], ["sql", str(ds), "SELECT avg(mean_cost), max(task_id) FROM records"]):  # as a user runs them
         r = subprocess.run([sys.executable, "-m", "tenset_curate.cli", *argv], capture_output=True, text=True,
                            timeout=300)
@@ -1333,9 +1339,27 @@ def test_the_python_api_takes_numpy_numbers_and_refuses_what_failed_later(tmp_pa
     big = run_sql(ds, "SELECT sum(hash(record_id)) AS s FROM records", fmt="arrow").column("s")[0].as_py()
     assert big >= 1 << 64 and json.loads(run_sql(ds, "SELECT sum(hash(record_id)) AS s FROM records",
                                                  fmt="json")) == [{"s": big}]
-    for bad in (None, [], [3]):
-        with pytest.raises(InputError, match="a log file or folder, or a list of them"):
+    for bad in (None, [], [3], 5):
+        with pytest.raises(InputError, match="a log file or folder, or an iterable of them"):
             convert(bad, tmp_path / "x")
+    pooling = REAL / "ansor" / "roller-k80" / "pooling"  # any iterable of paths, a generator too (the review)
+    assert convert(pooling.glob("*.json.gz"), tmp_path / "gen")["totals"]["rows"] == 12720
+    # a query's own InvalidInputException (a bad string to strptime) is not a damaged shard: no full read of the
+    # shards, and DuckDB's message as it is; a missing function is not a missing view
+    import tenset_curate.storage as storage
+
+    reads = []
+    real_unreadable = storage.unreadable_shard
+    storage.unreadable_shard = lambda root: reads.append(root) or real_unreadable(root)
+    try:
+        with pytest.raises(Exception, match="Could not parse string"):
+            run_sql(ds, "SELECT strptime('x', '%Y') FROM records LIMIT 1")
+    finally:
+        storage.unreadable_shard = real_unreadable
+    assert reads == []
+    with pytest.raises(Exception, match=r"nosuchfn does not exist!") as e:
+        run_sql(ds, "SELECT nosuchfn(1)")
+    assert "the dataset's views" not in str(e.value)
     with pytest.raises(ValueError, match="group_bytes 0: an integer, at least 1"):
         convert([REAL / "ansor" / "roller-k80" / "pooling"], tmp_path / "x", group_bytes=0)
     with pytest.raises(ValueError, match="a name of at most 246 bytes"):
