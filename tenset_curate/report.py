@@ -324,7 +324,9 @@ def pca_report(dataset: Path, out: Path, epochs: int = 24, ratio: float = 0.45, 
             from .storage import damaged_inside, unreadable_shard
 
             record_files(dataset)  # an incomplete dataset or a shard cut short, named in the user's dataset
-            bad = unreadable_shard(dataset)  # and one damaged inside (else named in the copy, which is gone)
+            # and one damaged inside (else named in the copy, which is gone): a read of every shard, as the copy
+            # below reads every byte anyway
+            bad = unreadable_shard(dataset)
             if bad:
                 raise damaged_inside(*bad)
             shutil.copytree(dataset, ds, ignore=shutil.ignore_patterns("catalog.duckdb", ".lock"))
