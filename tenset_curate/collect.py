@@ -483,7 +483,7 @@ def collect(
     default skips the slow intrinsics import. It runs in worker processes, so it must be
     picklable by cloudpickle (a closure or a module-level function of an importable module).
     """
-    from .storage import check_int
+    from .storage import check_int, file_in_the_way
 
     for name, v in (("trials", trials), ("trials_per_iter", trials_per_iter), ("population_size", population_size)):
         check_int(name, v, 1)  # past 64 bits it failed in TVM's FFI, or after the tuning when the summary printed
@@ -498,7 +498,7 @@ def collect(
         raise ValueError(f"no workloads to tune in {workloads!r}")
 
     out = Path(out_dir)
-    if any(q.exists() and not q.is_dir() for q in (out, *out.parents)):  # a FileExistsError traceback
+    if file_in_the_way(out):  # a FileExistsError traceback
         raise ValueError(f"{out}: a file is in the way of the folder the collection goes into")
     resolve_target(target)  # a bad target before the folder is made (it was left empty)
     out.mkdir(parents=True, exist_ok=True)

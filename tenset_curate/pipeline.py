@@ -50,7 +50,7 @@ import orjson
 from .executors import ExecutorError, WorkerLost, check_executor, resolve_executor
 from .model import DEFAULT_EPOCHS
 from .storage import (OutputError, atomic_write_bytes, atomic_write_json, atomic_write_text, check_int, dataset_lock,
-                      remove_stale_tmp, safe_join)
+                      file_in_the_way, remove_stale_tmp, safe_join)
 
 STEPS = ["collect", "convert", "splits", "prune", "train", "evaluate", "verify", "report"]
 # steps whose key uses the code version of these modules only (expensive TVM steps: see the module docstring)
@@ -471,7 +471,7 @@ def _check_paths(cfg: dict, steps: list[str], base: Path, workdir: Path) -> None
         except OutputError as e:
             raise PipelineError(f"[verify] runs_dir: {e}") from None
     for dest in _extra_outputs(cfg, steps, base):
-        if dest.is_dir() or any(d.exists() and not d.is_dir() for d in dest.parents):
+        if dest.is_dir() or file_in_the_way(dest.parent):
             raise PipelineError(f"{dest}: in the way of the file the run writes there (a folder, or a file where a "
                                 "folder goes)")
 

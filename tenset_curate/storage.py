@@ -524,6 +524,13 @@ def check_int(name: str, value, least: int | None = None) -> None:
         raise ValueError(f"{name} {value!r}: an integer of at most 64 bits (under 2**63 in magnitude)")
 
 
+def file_in_the_way(folder: Path) -> bool:
+    """Whether ``folder``, or a folder above it, is a file: making it would fail (FileExistsError,
+    NotADirectoryError) after whatever ran before."""
+    folder = Path(folder)
+    return any(q.exists() and not q.is_dir() for q in (folder, *folder.parents))
+
+
 def check_bool(name: str, value) -> None:
     """Refuse a flag that is not a bool (NumPy's included), naming it: "yes" as ``include_failed`` was read as a
     column name deep in a Polars query, 1 as an integer Polars would not "or" with a boolean."""

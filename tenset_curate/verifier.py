@@ -1161,7 +1161,7 @@ def verify(
     from .features import FEATURE_VERSION
     from .model import load_model
 
-    from .storage import check_int
+    from .storage import check_int, file_in_the_way
 
     if isinstance(model_dirs, (str, os.PathLike)):
         model_dirs = [model_dirs]
@@ -1181,7 +1181,7 @@ def verify(
         raise ValueError(f"no workloads in {workloads!r}")
     out = Path(out)  # made once the models loaded and the target resolved: a refused run leaves no folder
     for d in (out, *([Path(runs_dir)] if runs_dir is not None else [])):
-        if any(q.exists() and not q.is_dir() for q in (d, *d.parents)):  # a FileExistsError traceback, before tuning
+        if file_in_the_way(d):  # a FileExistsError traceback, before tuning
             raise ValueError(f"{d}: a file is in the way of the folder the report goes into")
     runs_root = Path(runs_dir) if runs_dir is not None else out / "verify-runs"
     t_start = time.time()
